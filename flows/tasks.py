@@ -1,0 +1,175 @@
+"""Prefect tasks shared by the runbooks: one side effect each, retries only on I/O.
+
+The decisions live in trainmedic (policy, checkpoints, diagnosis); these tasks only fetch and
+act, so each shows up in the Prefect UI as one named, retried, logged step.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from trainmedic import checkpoints
+from trainmedic.ansible import run_playbook
+from trainmedic.errors import CheckpointError, SchedulerError, TelemetryError
+from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
+from trainmedic.report import ActionRecord
+from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import get_settings
+from trainmedic.telemetry import fetch_gpu_telemetry
+from trainmedic.validate import safe_text
+
+_RANK_FILE_RE = re.compile(r"^rank-(\d+)\.([a-z0-9-]+)\.(out|err)$")
+
+
+def _transient(exc_types: tuple[type[BaseException], ...]):  # type: ignore[no-untyped-def]
+    def condition(task, task_run, state) -> bool:  # type: ignore[no-untyped-def]
+        try:
+            state.result()
+        except exc_types:
+            return True
+        except Exception:
+            return False
+        return False
+
+    return condition
+
+
+@task(name="load-job", retries=2, retry_delay_seconds=[1, 3], cache_policy=NO_CACHE,
+      retry_condition_fn=_transient((SchedulerError, OSError)))
+def load_job(job_id: str) -> JobInfo:
+    """The scheduler's record of the job: state, nodes, log and checkpoint locations."""
+    return get_scheduler().job(job_id)
+
+
+@task(name="fetch-job-logs", retries=3, retry_delay_seconds=[1, 2, 4], cache_policy=NO_CACHE,
+      retry_condition_fn=_transient((OSError,)))
+def fetch_job_logs(job: JobInfo) -> list[str]:
+    """Every rank's stdout/stderr of the job (paths on the shared filesystem)."""
+    log_dir = Path(job.log_dir)
+    files = sorted(str(p) for p in log_dir.iterdir() if p.is_file())
+    get_run_logger().info("job %s: %d log files under %s", job.job_id, len(files), log_dir)
+    return files
+
+
+@task(name="collect-node-diagnostics", cache_policy=NO_CACHE)
+def collect_node_diagnostics(nodes: list[str], dry_run: bool) -> PlaybookResult:
+    """Run playbooks/collect_node_diagnostics.yml (read-only) on the job's nodes."""
+    result = run_playbook("collect_node_diagnostics.yml", nodes, check=dry_run)
+    unreachable = [h for h, o in result.hosts.items() if o == "unreachable"]
+    if unreachable:
+        get_run_logger().warning("unreachable during diagnostics: %s", ", ".join(unreachable))
+    return result
+
+
+@task(name="fetch-telemetry", retries=3, retry_delay_seconds=[1, 2, 4], cache_policy=NO_CACHE,
+      retry_condition_fn=_transient((TelemetryError,)))
+def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
+    """DCGM metrics of the job's nodes from the telemetry endpoint (empty when none is set)."""
+    settings = get_settings()
+    if settings.telemetry_url is None:
+        get_run_logger().info("no telemetry endpoint configured (TRAINMEDIC_TELEMETRY_URL)")
+        return []
+    samples = fetch_gpu_telemetry(str(settings.telemetry_url), timeout_s=settings.http_timeout_s)
+    wanted = set(nodes)
+    return [s for s in samples if s.host in wanted]
+
+
+@task(name="drain-node", cache_policy=NO_CACHE)
+def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
+    """Drain one node in the scheduler (idempotent: an already drained node is left alone)."""
+    reason = safe_text(reason, "reason")
+    logger = get_run_logger()
+    if dry_run:
+        logger.info("dry run: would drain %s (%s)", node, reason)
+        return ActionRecord(what="drain", target=node, outcome="dry run: not drained")
+    changed = get_scheduler().drain(node, reason)
+    logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
+    return ActionRecord(what="drain", target=node, changed=changed,
+                        outcome=f"drained: {reason}" if changed else "already drained")
+
+
+@task(name="choose-checkpoint", cache_policy=NO_CACHE)
+def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoint:
+    """The newest complete checkpoint whose checksums match (partial/truncated ones skipped)."""
+    found = checkpoints.scan(Path(job.checkpoint_dir))
+    logger = get_run_logger()
+    for bad in (c for c in found if not c.valid):
+        logger.warning("skipping checkpoint step %d: %s", bad.step, bad.problem)
+    chosen = checkpoints.newest_valid(found, before_step=before_step)
+    logger.info("restart checkpoint: step %d (%s)", chosen.step, chosen.path)
+    return chosen
+
+
+@task(name="resubmit-job", cache_policy=NO_CACHE)
+def resubmit_job(
+    job: JobInfo, checkpoint: Checkpoint, exclude: list[str], changes: dict[str, object],
+    dry_run: bool,
+) -> JobInfo | None:
+    """Resubmit from ``checkpoint`` excluding ``exclude``; at most once per failed job."""
+    logger = get_run_logger()
+    scheduler = get_scheduler()
+    # A replayed event or a rerun of this flow must not start a second copy of the job.
+    existing = [j for j in scheduler.jobs() if j.resubmission_of == job.job_id]
+    if existing:
+        logger.warning("job %s was already resubmitted as %s: not resubmitting again",
+                       job.job_id, existing[0].job_id)
+        return existing[0]
+    if dry_run:
+        logger.info("dry run: would resubmit %s from step %d excluding %s",
+                    job.job_id, checkpoint.step, exclude)
+        return None
+    new = scheduler.resubmit(
+        job.job_id, resume_from_step=checkpoint.step, exclude=tuple(exclude), **changes
+    )
+    logger.info("resubmitted job %s as %s from step %d", job.job_id, new.job_id, checkpoint.step)
+    return new
+
+
+@task(name="verify-restart", cache_policy=NO_CACHE)
+def verify_restart(new_job: JobInfo, from_step: int) -> JobInfo:
+    """Wait until the resubmitted job runs and its heartbeat advances past the checkpoint."""
+    settings = get_settings()
+    scheduler = get_scheduler()
+    deadline = time.monotonic() + settings.verify_timeout_s
+    heartbeat = Path(new_job.heartbeat_path)
+    while time.monotonic() < deadline:
+        current = scheduler.job(new_job.job_id)
+        if current.state.finished and current.state != "COMPLETED":
+            raise SchedulerError(
+                f"resubmitted job {new_job.job_id} ended {current.state} before making progress"
+            )
+        step = checkpoints_step(heartbeat)
+        if step is not None and step > from_step:
+            get_run_logger().info("job %s is training again: step %d", new_job.job_id, step)
+            return current
+        time.sleep(0.5)
+    raise SchedulerError(
+        f"resubmitted job {new_job.job_id} made no progress within {settings.verify_timeout_s} s"
+    )
+
+
+def checkpoints_step(heartbeat: Path) -> int | None:
+    import json
+
+    try:
+        return int(json.loads(heartbeat.read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+__all__ = [
+    "CheckpointError",
+    "choose_checkpoint",
+    "collect_node_diagnostics",
+    "drain_node",
+    "fetch_job_logs",
+    "fetch_telemetry",
+    "load_job",
+    "resubmit_job",
+    "verify_restart",
+]

@@ -1,0 +1,138 @@
+"""Runbook `triage`: a job failed — find out why and where, act, and restart it.
+
+    load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
+             → classify → plan → drain the origin node → restart from the newest valid
+             checkpoint → verify it trains again → Markdown report
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.tasks import (
+    choose_checkpoint,
+    collect_node_diagnostics,
+    drain_node,
+    fetch_job_logs,
+    fetch_telemetry,
+    load_job,
+    resubmit_job,
+    verify_restart,
+)
+from trainmedic.diagnosis import LogSource, diagnose
+from trainmedic.models import Checkpoint, Diagnosis, GpuTelemetry, JobId, JobInfo, PlaybookResult
+from trainmedic.policy import attempts_so_far, plan_remediation
+from trainmedic.report import ActionRecord, triage_report
+from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import get_settings
+
+
+class TriageRequest(BaseModel):
+    """Parameters of a triage run (from an event, the UI form or `trainmedic triage`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: JobId = Field(description="scheduler job id of the failed job")
+    event: str = Field(default="manual", pattern=r"^[a-z_.]{1,40}$",
+                       description="what started this run, e.g. job.failed")
+    dry_run: bool = Field(default=False, description="diagnose and plan, change nothing")
+    restart: bool = Field(default=True, description="resubmit the job when the plan says so")
+
+
+class TriageResult(BaseModel):
+    job_id: str
+    category: str
+    root_cause_host: str | None
+    drained: list[str]
+    checkpoint_step: int | None
+    new_job_id: str | None
+    report_key: str
+
+
+@task(name="classify-failure", cache_policy=NO_CACHE)
+def classify_failure(
+    job: JobInfo, log_files: list[str], diagnostics: PlaybookResult | None,
+    telemetry: list[GpuTelemetry],
+) -> Diagnosis:
+    """Rank the evidence of every rank's logs, the nodes' kernel logs and the telemetry."""
+    sources = [LogSource.from_path(path) for path in log_files]
+    if diagnostics is not None:
+        for host, facts in diagnostics.facts.items():
+            found = facts.get("trainmedic_diagnostics") or {}
+            lines = [*found.get("xid_lines", []), *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
+            if lines:
+                sources.append(LogSource.from_lines(f"{host}:kernel", lines, host=host))
+    diagnosis = diagnose(sources, telemetry=telemetry, exit_code=job.exit_code)
+    get_run_logger().info("diagnosis: %s on %s (confidence %.2f)", diagnosis.category,
+                          diagnosis.root_cause_host or "unknown host", diagnosis.confidence)
+    return diagnosis
+
+
+@flow(name="triage", log_prints=True)
+def triage(request: TriageRequest) -> TriageResult:
+    settings = get_settings()
+    logger = get_run_logger()
+    job = load_job(request.job_id)
+    logger.info("triage of job %s (%s): %s on %s", job.job_id, request.event, job.state,
+                ",".join(job.nodes))
+
+    log_files = fetch_job_logs(job)
+    diagnostics = collect_node_diagnostics(list(job.nodes), request.dry_run) if job.nodes else None
+    telemetry = fetch_telemetry(list(job.nodes))
+    diagnosis = classify_failure(job, log_files, diagnostics, telemetry)
+
+    scheduler = get_scheduler()
+    history = scheduler.jobs()
+    drained = [n.name for n in scheduler.nodes() if n.state == "DRAINED"]
+    plan = plan_remediation(
+        diagnosis, job, attempts=attempts_so_far(job, history),
+        retry_budget=settings.retry_budget, drained=drained,
+    )
+
+    actions: list[ActionRecord] = []
+    run_name = flow_run.get_name() or "local"
+    for node in plan.drain:
+        reason = f"trainmedic triage {run_name}: {diagnosis.category} job {job.job_id}"
+        actions.append(drain_node(node, reason, request.dry_run))
+
+    checkpoint: Checkpoint | None = None
+    new_job: JobInfo | None = None
+    if plan.restart and request.restart:
+        checkpoint = choose_checkpoint(job)
+        new_job = resubmit_job(job, checkpoint, list(plan.exclude), dict(plan.spec_changes),
+                               request.dry_run)
+        if new_job is not None:
+            actions.append(ActionRecord(
+                what="resubmit", target=f"job {job.job_id}", changed=True,
+                outcome=f"job {new_job.job_id} from step {checkpoint.step}",
+            ))
+            if not request.dry_run:
+                new_job = verify_restart(new_job, checkpoint.step)
+                actions.append(ActionRecord(what="verify", target=f"job {new_job.job_id}",
+                                            outcome="heartbeat advancing past the checkpoint"))
+    if plan.notify_owner:
+        actions.append(ActionRecord(what="notify owner", target=job.spec.owner,
+                                    outcome="traceback sent; not retried"))
+    if plan.page_oncall:
+        actions.append(ActionRecord(what="page on-call", target="on-call",
+                                    outcome="human decision needed"))
+
+    key = f"triage-{job.job_id}"
+    create_markdown_artifact(
+        key=key,
+        markdown=triage_report(job=job, diagnosis=diagnosis, plan=plan, actions=actions,
+                               checkpoint=checkpoint, new_job=new_job, diagnostics=diagnostics,
+                               dry_run=request.dry_run),
+        description=f"Triage of job {job.job_id}: {diagnosis.category}",
+    )
+    return TriageResult(
+        job_id=job.job_id, category=str(diagnosis.category),
+        root_cause_host=diagnosis.root_cause_host,
+        drained=[a.target for a in actions if a.what == "drain" and a.changed],
+        checkpoint_step=checkpoint.step if checkpoint else None,
+        new_job_id=new_job.job_id if new_job else None, report_key=key,
+    )

@@ -1,0 +1,50 @@
+"""Shared fixtures: an isolated trainmedic home with a simulated cluster, and one real Prefect
+server for the whole session (prefect_test_harness: a real server process on SQLite)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainmedic.settings import Settings, get_settings
+
+os.environ.setdefault("TRAINMEDIC_SIM_STEP_SECONDS", "0.02")
+os.environ.setdefault("TRAINMEDIC_SIM_TEST_SECONDS", "0.2")
+
+
+@pytest.fixture
+def tm_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """Settings pointing at a fresh home and inventory under tmp_path."""
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRAINMEDIC_INVENTORY", str(tmp_path / "inventory"))
+    monkeypatch.delenv("TRAINMEDIC_TELEMETRY_URL", raising=False)
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def sim(tm_home: Settings) -> Iterator[tuple[Settings, object]]:
+    """A 8-node simulated cluster (4 GPUs each) and its scheduler; jobs stopped afterwards."""
+    from trainmedic.scheduler.sim import SimScheduler
+    from trainmedic.sim.cluster import SimCluster
+
+    cluster = SimCluster(tm_home.sim_home)
+    cluster.create(8, inventory_dir=tm_home.inventory)
+    scheduler = SimScheduler(tm_home.sim_home)
+    yield cluster, scheduler
+    for job in scheduler.jobs():
+        if not job.state.finished:
+            scheduler.cancel(job.job_id, "test teardown")
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One real Prefect server (temporary SQLite database) for every flow test."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,72 @@
+from datetime import UTC, datetime
+
+from trainmedic.models import Diagnosis, JobInfo, JobSpec, JobState
+from trainmedic.policy import attempts_so_far, origin_node, plan_remediation
+from trainmedic.taxonomy import Action, Category, layer_of, remediation_for
+
+
+def job(job_id: str = "1001", nodes=("node001", "node002", "node003"), prev=None) -> JobInfo:
+    return JobInfo(
+        job_id=job_id, name="gpt", state=JobState.FAILED, nodes=nodes, exit_code=1,
+        log_dir="/x/logs", checkpoint_dir="/x/ckpt", heartbeat_path="/x/hb",
+        spec=JobSpec(name="gpt", nodes=len(nodes), gpus_per_node=4),
+        submitted_at=datetime.now(UTC), resubmission_of=prev,
+    )
+
+
+def diagnosis(category: Category, host: str | None = None) -> Diagnosis:
+    return Diagnosis(category=category, layer=layer_of(category), root_cause_host=host,
+                     confidence=0.9, remediation=remediation_for(category))
+
+
+def test_origin_node_from_hostname_or_rank() -> None:
+    assert origin_node(diagnosis(Category.ECCError, "node002"), job()) == "node002"
+    assert origin_node(diagnosis(Category.ECCError, "node002 GPU 1"), job()) == "node002"
+    assert origin_node(diagnosis(Category.NCCLTimeout, "rank 9"), job()) == "node003"
+    assert origin_node(diagnosis(Category.ECCError, "node999"), job()) is None
+    assert origin_node(diagnosis(Category.ECCError, "GPU 0000:3b:00.0"), job()) is None
+    assert origin_node(diagnosis(Category.ECCError, None), job()) is None
+
+
+def test_hardware_fault_with_origin_drains_and_restarts_elsewhere() -> None:
+    plan = plan_remediation(diagnosis(Category.GPUFallenOff, "node003"), job())
+    assert plan.drain == ("node003",)
+    assert plan.exclude == ("node003",)
+    assert plan.restart and not plan.locate
+
+
+def test_fabric_fault_without_origin_asks_for_pair_test() -> None:
+    plan = plan_remediation(diagnosis(Category.NCCLTimeout), job())
+    assert plan.locate and plan.drain == () and plan.restart
+
+
+def test_script_error_is_never_retried() -> None:
+    plan = plan_remediation(diagnosis(Category.ScriptError), job())
+    assert not plan.restart and plan.notify_owner and plan.drain == ()
+
+
+def test_dataloader_killed_restarts_with_num_workers_zero_and_gc() -> None:
+    plan = plan_remediation(diagnosis(Category.DataloaderKilled), job())
+    assert plan.restart
+    assert plan.spec_changes == {"num_workers": 0, "gc_interval": 50}
+
+
+def test_retry_budget_pages_instead_of_requeuing() -> None:
+    history = [job("1"), job("2", prev="1"), job("3", prev="2"), job("4", prev="3")]
+    assert attempts_so_far(history[-1], history) == 3
+    plan = plan_remediation(diagnosis(Category.GPUFallenOff, "node001"), history[-1],
+                            attempts=3, retry_budget=3)
+    assert not plan.restart and plan.page_oncall
+    assert any("budget" in r for r in plan.reasons)
+
+
+def test_already_drained_job_nodes_are_excluded() -> None:
+    plan = plan_remediation(diagnosis(Category.StorageError), job(), drained=["node002", "node9"])
+    assert plan.exclude == ("node002",)
+
+
+def test_every_category_has_a_layer_and_remediation() -> None:
+    for category in Category:
+        assert layer_of(category)
+        assert remediation_for(category).summary
+    assert remediation_for(Category.ScriptError).action is Action.notify_owner

@@ -1,0 +1,256 @@
+"""``trainmedic``: the on-call engineer's command line.
+
+Every command that changes something goes through the Prefect API (runs show up in the UI);
+bad input gets one line naming the field and value, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+from trainmedic.errors import InputError, TrainmedicError
+from trainmedic.settings import get_settings
+
+EXIT_INPUT = 2
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+    return f"{field}={first.get('input')!r}: {first.get('msg')}"
+
+
+# ----------------------------------------------------------------------------- stack
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from trainmedic.stack import Stack
+
+    settings = get_settings()
+    stack = Stack(settings)
+    started = time.monotonic()
+    print(f"starting Prefect server at {stack.api_url} (home {settings.prefect_home}) ...")
+    stack.up()
+    print(f"ready in {time.monotonic() - started:.0f} s: UI {stack.ui_url}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from trainmedic.stack import Stack
+
+    stopped = Stack(get_settings()).down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from trainmedic.stack import Stack
+
+    status = Stack(get_settings()).status()
+    if args.json:
+        _print_json(status)
+    else:
+        for key, value in status.items():
+            print(f"{key:>10}: {value}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- sim
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from trainmedic.models import JobSpec
+    from trainmedic.scheduler.sim import SimScheduler
+    from trainmedic.sim.cluster import SimCluster
+
+    settings = get_settings()
+    cluster = SimCluster(settings.sim_home)
+    if args.sim_command == "create":
+        hosts = cluster.create(args.nodes, gpus_per_node=args.gpus_per_node,
+                               inventory_dir=settings.inventory)
+        (settings.sim_home / "scheduler.json").unlink(missing_ok=True)
+        print(f"created {args.nodes} simulated nodes; inventory {hosts}")
+        return 0
+    if args.sim_command == "inject":
+        status = cluster.inject(args.node, args.fault, gpu=args.gpu)
+        print(f"{status.name}: {status.fault} (GPU {status.gpu})")
+        return 0
+    if args.sim_command == "repair":
+        print(f"{cluster.repair(args.node).name}: healthy")
+        return 0
+    scheduler = SimScheduler(settings.sim_home)
+    if args.sim_command == "submit":
+        job = scheduler.submit(JobSpec(name=args.name, nodes=args.nodes, steps=args.steps,
+                                       checkpoint_every=args.checkpoint_every))
+        print(job.job_id if not args.json else job.model_dump_json(indent=2))
+        return 0
+    if args.sim_command == "job-fault":
+        scheduler.inject_job_fault(args.job_id, args.kind, batch=args.batch)
+        print(f"job {args.job_id}: {args.kind}")
+        return 0
+    statuses = cluster.statuses()
+    nodes = {n.name: n for n in scheduler.nodes()}
+    if args.json:
+        _print_json([{**s.model_dump(), "scheduler": nodes[s.name].model_dump()} for s in statuses])
+    else:
+        for s in statuses:
+            n = nodes[s.name]
+            print(f"{s.name}  {s.fault:<9} {n.state:<10} {n.reason}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- runbooks
+
+
+def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        last = None
+        while True:
+            run = client.read_flow_run(flow_run_id)  # type: ignore[arg-type]
+            state = run.state.name if run.state else "?"
+            if state != last and not quiet:
+                print(f"  {run.name}: {state}", file=sys.stderr)
+                last = state
+            if run.state is not None and run.state.is_final():
+                return run
+            time.sleep(1)
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    from trainmedic.stack import apply_prefect_env
+
+    apply_prefect_env(get_settings())
+    from flows.triage import TriageRequest
+
+    request = TriageRequest(job_id=args.job_id, dry_run=args.dry_run, event="manual")
+    if args.local:
+        from flows.triage import triage
+
+        result = triage(request)
+        _print_json(result.model_dump()) if args.json else print(result)
+        return 0
+    from prefect.deployments import run_deployment
+
+    run = run_deployment("triage/triage", parameters={"request": request.model_dump()},
+                         timeout=0)
+    print(f"started {run.name}: {_ui_link(run.id)}", file=sys.stderr)
+    final = _wait_for_run(run.id, quiet=args.json)
+    ok = final.state.is_completed()  # type: ignore[attr-defined]
+    if args.json:
+        _print_json({"flow_run_id": str(run.id), "state": final.state.name,  # type: ignore[attr-defined]
+                     "url": _ui_link(run.id)})
+    return 0 if ok else 1
+
+
+def _ui_link(flow_run_id: object) -> str:
+    import os
+
+    return f"{os.environ['PREFECT_UI_URL'].rstrip('/')}/runs/flow-run/{flow_run_id}"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from trainmedic.demo import run_demo
+
+    return run_demo(nodes=args.nodes, fault=args.fault, keep_running=args.keep_running)
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainmedic", description="Remediation runbooks for pre-training clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str,
+            ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    add("up", cmd_up, "start the local Prefect server, deployments, worker (and sim exporter)")
+    add("down", cmd_down, "stop everything `up` started")
+    add("status", cmd_status, "show what is running").add_argument("--json", action="store_true")
+
+    demo = add("demo", cmd_demo, "end-to-end demo: sim cluster, Xid 79 on one node, triage")
+    demo.add_argument("--nodes", type=int, default=16)
+    demo.add_argument("--fault", default="xid79")
+    demo.add_argument("--keep-running", action="store_true",
+                      help="leave the server up afterwards to explore the UI")
+
+    triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
+    triage.add_argument("job_id")
+    triage.add_argument("--dry-run", action="store_true", help="diagnose and plan only")
+    triage.add_argument("--local", action="store_true",
+                        help="run the flow in this process instead of on the worker")
+    triage.add_argument("--json", action="store_true")
+
+    sim = add("sim", cmd_sim, "the simulated cluster (hardware faults, jobs)")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    create = sim_sub.add_parser("create", help="create N healthy nodes and their inventory")
+    create.add_argument("--nodes", type=int, default=16)
+    create.add_argument("--gpus-per-node", type=int, default=4)
+    inject = sim_sub.add_parser("inject", help="put a node into a fault state")
+    inject.add_argument("node")
+    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat")
+    inject.add_argument("--gpu", type=int, default=0)
+    repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
+    repair.add_argument("node")
+    status = sim_sub.add_parser("status", help="nodes with fault and scheduler state")
+    status.add_argument("--json", action="store_true")
+    submit = sim_sub.add_parser("submit", help="submit a simulated training job")
+    submit.add_argument("--name", default="pretrain")
+    submit.add_argument("--nodes", type=int, default=4)
+    submit.add_argument("--steps", type=int, default=400)
+    submit.add_argument("--checkpoint-every", type=int, default=50)
+    submit.add_argument("--json", action="store_true")
+    fault = sim_sub.add_parser("job-fault", help="make a job hang/crash, or poison a batch")
+    fault.add_argument("job_id")
+    fault.add_argument("kind")
+    fault.add_argument("--batch", type=int)
+
+    for module in ("trainmedic.diagnosis.cli", "trainmedic.locate_cli"):
+        try:
+            extension = __import__(module, fromlist=["add_parser"])
+        except ModuleNotFoundError:
+            continue
+        extension.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            return int(args.func(args))  # extension subcommands register run as func
+        return int(handler(args))
+    except InputError as exc:
+        print(f"trainmedic: invalid input: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except ValidationError as exc:
+        print(f"trainmedic: invalid input: {_validation_message(exc)}", file=sys.stderr)
+        return EXIT_INPUT
+    except TrainmedicError as exc:
+        print(f"trainmedic: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The signature catalogue: ``signatures.toml`` loaded, validated and compiled once."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from trainmedic.errors import ConfigError
+from trainmedic.taxonomy import Category
+
+__all__ = [
+    "MASK",
+    "Catalogue",
+    "Role",
+    "Signature",
+    "load_catalogue",
+    "mask_template",
+    "python_regex_to_ere",
+]
+
+
+class Role(StrEnum):
+    cause = "cause"
+    symptom = "symptom"
+    context = "context"
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    category: Category
+    role: Role
+    weight: float
+    regex: re.Pattern[str]
+    examples: tuple[str, ...]
+    ere: str | None = None
+
+    @property
+    def grep_pattern(self) -> str:
+        """The same signature as a POSIX ERE (GNU extensions), for the grep speed baseline."""
+        return self.ere if self.ere is not None else python_regex_to_ere(self.regex.pattern)
+
+
+def _build_mask() -> bytes:
+    # Lowercase ASCII letters and fold every digit to "0": lines that differ only in their
+    # numbers (steps, timestamps, losses, ranks) share one template and are checked once.
+    table = bytearray(range(256))
+    for upper in range(ord("A"), ord("Z") + 1):
+        table[upper] = upper + 32
+    for digit in range(ord("0"), ord("9") + 1):
+        table[digit] = ord("0")
+    return bytes(table)
+
+
+MASK = _build_mask()
+
+
+def mask_template(line: bytes) -> bytes:
+    return line.translate(MASK)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    signatures: tuple[Signature, ...]
+    anchors: tuple[str, ...]
+    prefilter: re.Pattern[bytes]  # searched in masked templates, never in raw lines
+
+    def by_id(self, signature_id: str) -> Signature:
+        for signature in self.signatures:
+            if signature.id == signature_id:
+                return signature
+        raise KeyError(signature_id)
+
+    def passes_prefilter(self, line: str) -> bool:
+        return self.prefilter.search(mask_template(line.encode("utf-8", "replace"))) is not None
+
+
+def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
+    try:
+        sig_id = str(entry["id"])
+        category = Category(str(entry["category"]))
+        role = Role(str(entry.get("role", "cause")))
+        weight = float(entry.get("weight", 0.5))  # type: ignore[arg-type]
+        pattern = str(entry["regex"])
+        raw_examples = entry.get("examples", [])
+        ere = entry.get("ere")
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{origin}: bad signature {entry.get('id')!r}: {exc}") from exc
+    if not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"{origin}: signature {sig_id}: weight {weight} not in [0, 1]")
+    if not isinstance(raw_examples, list) or not all(isinstance(e, str) for e in raw_examples):
+        raise ConfigError(f"{origin}: signature {sig_id}: examples must be a list of strings")
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"{origin}: signature {sig_id}: bad regex: {exc}") from exc
+    return Signature(
+        id=sig_id,
+        category=category,
+        role=role,
+        weight=weight,
+        regex=regex,
+        examples=tuple(raw_examples),
+        ere=str(ere) if ere is not None else None,
+    )
+
+
+def parse_catalogue(text: str, origin: str = "signatures.toml") -> Catalogue:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    signatures = tuple(_signature_from_table(e, origin) for e in data.get("signature", []))
+    ids = [s.id for s in signatures]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ConfigError(f"{origin}: duplicate signature ids {duplicates}")
+    anchors = tuple(str(a) for a in data.get("prefilter", {}).get("anchors", []))
+    if not anchors:
+        raise ConfigError(f"{origin}: [prefilter].anchors is empty")
+    try:
+        prefilter = re.compile("|".join(f"(?:{a})" for a in anchors).encode())
+    except re.error as exc:
+        raise ConfigError(f"{origin}: bad prefilter anchor: {exc}") from exc
+    return Catalogue(signatures=signatures, anchors=anchors, prefilter=prefilter)
+
+
+@cache
+def load_catalogue(path: str | None = None) -> Catalogue:
+    """The packaged catalogue, or the TOML file at ``path``."""
+    if path is None:
+        text = resources.files("trainmedic.diagnosis").joinpath("signatures.toml").read_text()
+        return parse_catalogue(text)
+    return parse_catalogue(Path(path).read_text(encoding="utf-8"), origin=path)
+
+
+_ERE_CLASS = {"d": "[0-9]", "D": "[^0-9]"}
+
+
+def _case_fold_letters(text: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isascii() and c.isalpha() else c for c in text)
+
+
+def python_regex_to_ere(pattern: str) -> str:
+    """Translate the regex subset used by the catalogue into a GNU grep ERE.
+
+    Lookarounds are dropped (the ERE then matches a superset, which only makes grep work
+    harder); ``(?i)`` becomes per-letter bracket pairs; named and non-capturing groups
+    become plain groups; ``\\d`` becomes ``[0-9]``.
+    """
+    ignore_case = False
+    inline_flags = re.match(r"^\(\?([a-z]+)\)", pattern)
+    if inline_flags:
+        ignore_case = "i" in inline_flags.group(1)
+        pattern = pattern[inline_flags.end() :]
+    out: list[str] = []
+    i = 0
+    in_class = False
+    fold_depth: list[bool] = []  # per open group: whether it is a scoped (?i:...) group
+    while i < len(pattern):
+        c = pattern[i]
+        fold = ignore_case or any(fold_depth)
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt in _ERE_CLASS:
+                out.append(_ERE_CLASS[nxt][1:-1] if in_class else _ERE_CLASS[nxt])
+            elif nxt.isalpha() and fold and nxt not in "swbSWB":
+                out.append(_case_fold_letters(nxt))
+            else:
+                out.append(c + nxt)
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            if fold and c.isascii() and c.isalpha():
+                out.append(c.lower() + c.upper())
+            else:
+                out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            out.append(c)
+            if pattern[i + 1 : i + 2] == "^":
+                out.append("^")
+                i += 1
+            i += 1
+            continue
+        if c == "(" and pattern.startswith("(?", i):
+            lookaround = re.match(r"\(\?(?:<?[=!])", pattern[i:])
+            if lookaround:
+                i = _skip_group(pattern, i)
+                continue
+            named = re.match(r"\(\?P<\w+>", pattern[i:])
+            scoped = re.match(r"\(\?([a-z]+):", pattern[i:])
+            if named:
+                i += named.end()
+                fold_depth.append(False)
+            elif scoped:
+                i += scoped.end()
+                fold_depth.append("i" in scoped.group(1))
+            else:  # (?:
+                i += 3
+                fold_depth.append(False)
+            out.append("(")
+            continue
+        if c == "(":
+            fold_depth.append(False)
+        elif c == ")" and fold_depth:
+            fold_depth.pop()
+        if c in "*+?}" and pattern[i + 1 : i + 2] == "?":
+            out.append(c)  # lazy quantifier: ERE has only greedy ones
+            i += 2
+            continue
+        if fold and c.isascii() and c.isalpha():
+            out.append(_case_fold_letters(c))
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _skip_group(pattern: str, start: int) -> int:
+    depth = 0
+    i = start
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i

@@ -1,0 +1,90 @@
+"""The Markdown report of a runbook run: what an on-call engineer reads first. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from trainmedic.models import Checkpoint, Diagnosis, JobInfo, PlaybookResult
+from trainmedic.policy import Plan
+
+MAX_EVIDENCE = 12
+
+
+class ActionRecord(BaseModel):
+    what: str
+    target: str
+    outcome: str
+    changed: bool = False
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def triage_report(
+    *,
+    job: JobInfo,
+    diagnosis: Diagnosis,
+    plan: Plan,
+    actions: Sequence[ActionRecord],
+    checkpoint: Checkpoint | None,
+    new_job: JobInfo | None,
+    diagnostics: PlaybookResult | None,
+    dry_run: bool,
+) -> str:
+    rem = diagnosis.remediation
+    lines = [
+        f"# Triage of job {job.job_id} ({job.name}){' — DRY RUN' if dry_run else ''}",
+        "",
+        "## Diagnosis",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| category | **{diagnosis.category}** |",
+        f"| layer | {diagnosis.layer} |",
+        f"| root-cause host | {diagnosis.root_cause_host or '—'} |",
+        f"| origin node | {plan.origin_node or '—'} |",
+        f"| confidence | {diagnosis.confidence:.2f} |",
+        f"| source | {diagnosis.source} |",
+        f"| job state | {job.state} (exit {job.exit_code}) on {', '.join(job.nodes)} |",
+        "",
+        f"**Remediation:** {rem.summary}",
+    ]
+    if rem.hints:
+        lines += ["", "Hints: " + "; ".join(f"`{h}`" for h in rem.hints)]
+    lines += ["", "## Evidence", ""]
+    if diagnosis.evidence:
+        lines += ["| file | line | signature | text |", "|---|---|---|---|"]
+        for ev in diagnosis.evidence[:MAX_EVIDENCE]:
+            lines.append(f"| {_cell(ev.file)} | {ev.line} | {_cell(ev.signature)} | "
+                         f"`{_cell(ev.text)}` |")
+        if len(diagnosis.evidence) > MAX_EVIDENCE:
+            lines.append(f"\n…and {len(diagnosis.evidence) - MAX_EVIDENCE} more evidence lines.")
+    else:
+        lines.append("No log line matched a signature.")
+    if diagnostics is not None:
+        lines += ["", "## Node diagnostics", "", "| node | reach | nvidia-smi rc | Xid lines |",
+                  "|---|---|---|---|"]
+        for host, outcome in diagnostics.hosts.items():
+            facts = diagnostics.facts.get(host, {}).get("trainmedic_diagnostics", {})
+            xids = facts.get("xid_lines", []) if isinstance(facts, dict) else []
+            rc = facts.get("nvidia_smi_rc", "—") if isinstance(facts, dict) else "—"
+            lines.append(f"| {host} | {outcome} | {rc} | {_cell('; '.join(xids[-2:])) or '—'} |")
+    lines += ["", "## Decisions", ""] + [f"- {r}" for r in plan.reasons]
+    lines += ["", "## Actions", ""]
+    if actions:
+        lines += ["| action | target | outcome | changed |", "|---|---|---|---|"]
+        lines += [f"| {a.what} | {_cell(a.target)} | {_cell(a.outcome)} | "
+                  f"{'yes' if a.changed else 'no'} |" for a in actions]
+    else:
+        lines.append("No action taken.")
+    lines += ["", "## Restart", ""]
+    if checkpoint is not None:
+        lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
+    if new_job is not None:
+        lines.append(f"- new job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}")
+    if checkpoint is None and new_job is None:
+        lines.append("- not restarted")
+    return "\n".join(lines) + "\n"

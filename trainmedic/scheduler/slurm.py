@@ -1,0 +1,727 @@
+"""The production scheduler: Slurm through its command-line tools.
+
+Every call is ``subprocess.run`` with an argument list, a timeout and no shell; every value
+that reaches an argument (job ids, node names, reasons) is validated first, so a hostile event
+can at worst be rejected with :class:`InputError`. Tested against Slurm 22.05 (Debian 12):
+``squeue --json`` there ignores its filters, so single-job lookups use ``scontrol show job -o``
+and finished jobs the controller has purged come from the job-completion log (``sacct -c``).
+
+Layout under ``root`` (must be on a filesystem the compute nodes share)::
+
+    runs/<name>-<utc>-<hex>/    one directory per submission, made complete BEFORE sbatch
+        spec.json  meta.json  job.sh  heartbeat  logs/slurm-<id>.out  logs/rank-*.out
+    jobs/<job id> -> ../runs/<name>-<utc>-<hex>      the job dir, keyed by Slurm's id
+    checkpoints/<spec.name>/    default checkpoint dir, shared by resubmissions
+
+Why this is race-free: the id is only known once sbatch returns, so nothing the job needs is
+keyed by it. The batch script has its run directory's absolute path baked in and finds spec
+and meta there, already written. The ``jobs/<id>`` link is created twice, by the adapter as
+soon as sbatch prints the id and by the script when it starts, each time by an atomic rename,
+both pointing at the same target; whichever runs first wins nothing. A stale link left by an
+earlier cluster that recycled the id is replaced the same way. ``--comment trainmedic:<run>``
+lets the adapter find the run even if it died between sbatch and making the link.
+
+The training command: by default the simulated trainer ``python -m trainmedic.sim.job``
+(see :data:`SIM_TRAINER`); pass ``command=["srun", "python", "train.py"]`` (or set
+``TRAINMEDIC_SLURM_COMMAND``) for a real one. The command runs in the job dir with
+``TRAINMEDIC_JOB_ID``, ``TRAINMEDIC_JOB_DIR``, ``TRAINMEDIC_LOG_DIR``, ``TRAINMEDIC_SPEC``,
+``TRAINMEDIC_CHECKPOINT_DIR``, ``TRAINMEDIC_HEARTBEAT`` and ``TRAINMEDIC_NODES``
+(comma-separated hostnames) exported; its exit status is the job's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from trainmedic import validate
+from trainmedic.errors import ConfigError, InputError, JobNotFound, SchedulerError
+from trainmedic.models import JobInfo, JobSpec, JobState, NodeInfo, NodeState
+from trainmedic.scheduler.base import Scheduler
+from trainmedic.settings import Settings
+
+__all__ = [
+    "SIM_TRAINER",
+    "SlurmScheduler",
+    "job_state",
+    "node_state",
+    "parse_exit_code",
+    "parse_kv_line",
+    "parse_node_line",
+    "parse_sacct",
+    "parse_squeue_json",
+    "validate_reason",
+]
+
+SIM_TRAINER = "sim"  # marker: run trainmedic.sim.job with the adapter's own interpreter
+COMMENT_PREFIX = "trainmedic:"
+REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/@#+()-]{1,200}$")
+_RUN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_KEY_RE = re.compile(r"^[A-Z][A-Za-z0-9_:/]*=")
+_REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
+_NO_NODES = {"", "(null)", "None", "None assigned", "(None)"}
+_SACCT_FIELDS = ("jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "jobname")
+
+# Slurm job states (squeue/scontrol/sacct spelling) -> ours. COMPLETING stays "not finished"
+# because the epilog may still turn a node bad; CONFIGURING means nodes are still booting.
+_JOB_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "BOOT_FAIL": JobState.NODE_FAIL,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "CANCELLED": JobState.CANCELLED,
+    "PREEMPTED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+}
+_SHORT_STATES = {
+    "PD": "PENDING", "CF": "CONFIGURING", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED",
+    "F": "FAILED", "OOM": "OUT_OF_MEMORY", "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "TO": "TIMEOUT",
+    "DL": "DEADLINE", "CA": "CANCELLED", "PR": "PREEMPTED", "S": "SUSPENDED", "ST": "STOPPED",
+}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def validate_reason(value: str, field: str = "reason") -> str:
+    """Reasons end up in slurm.conf-like key=value arguments and in admins' terminals."""
+    if not isinstance(value, str) or not REASON_RE.match(value) or value != value.strip():
+        raise InputError(
+            field,
+            value,
+            "1-200 characters of letters, digits, space and _.,:/@#+()- "
+            "(no leading/trailing space, quotes, $, `, ;, =, brackets or newlines)",
+        )
+    return value
+
+
+def job_state(raw: str | Sequence[str]) -> JobState:
+    """Map a Slurm job state ("CANCELLED by 0", "RUNNING", ["FAILED"], "CD") to ours."""
+    if not isinstance(raw, str):  # squeue --json from 23.02 on gives a list of flags
+        raw = next(iter(raw), "")
+    word = raw.strip().split(" ", 1)[0].split("+", 1)[0].upper()
+    word = _SHORT_STATES.get(word, word)
+    try:
+        return _JOB_STATES[word]
+    except KeyError:
+        raise SchedulerError(f"unknown Slurm job state {raw!r}") from None
+
+
+def node_state(raw: str) -> NodeState:
+    """Map ``State=`` of ``scontrol show node`` (``IDLE+DRAIN``, ``DOWN*+DRAIN``, ``MIXED``...).
+
+    A drain flag wins over everything: the node is out because someone (maybe us) said so,
+    and ``resume`` is the way back, even when it is also down.
+    """
+    parts = [p.strip().upper() for p in raw.split("+") if p.strip()]
+    if not parts:
+        raise SchedulerError(f"empty Slurm node state {raw!r}")
+    # sinfo-style suffixes: only "*" (not responding) changes availability; "~" (powered
+    # off, power saving), "#", "%", "!", "@", "^", "$", "-" are transitions of a usable node.
+    words = [p.rstrip("*~#!%$@^-") for p in parts]
+    base, flags = words[0], set(words[1:])
+    if {base, *flags} & {"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"}:
+        return NodeState.DRAINED
+    if base in {"DOWN", "FUTURE", "UNKNOWN", "ERROR"} or "NOT_RESPONDING" in flags:
+        return NodeState.DOWN
+    if any(p.endswith("*") for p in parts):
+        return NodeState.DOWN
+    if (
+        base in {"ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "COMP"}
+        or "COMPLETING" in flags
+    ):
+        return NodeState.ALLOCATED
+    if base == "IDLE":
+        return NodeState.IDLE
+    raise SchedulerError(f"unknown Slurm node state {raw!r}")
+
+
+def parse_kv_line(line: str, *, tail_key: str | None = None) -> dict[str, str]:
+    """Parse one ``scontrol show ... -o`` line into ``{Key: value}``.
+
+    Values may contain spaces (``OS=Linux 6.1 #1 SMP``): a word that does not start with
+    ``Key=`` continues the previous value. ``tail_key`` names a field Slurm prints last whose
+    free text may itself contain ``Key=``-looking words (a node's ``Reason=``).
+    """
+    fields: dict[str, str] = {}
+    body = line.strip()
+    if tail_key is not None:
+        match = re.search(rf"(?:^|\s){re.escape(tail_key)}=(.*)$", body)
+        if match is not None:
+            fields[tail_key] = match[1].strip()
+            body = body[: match.start()]
+    key: str | None = None
+    for word in body.split():
+        if _KEY_RE.match(word):
+            key, _, value = word.partition("=")
+            fields[key] = value
+        elif key is not None:
+            fields[key] = f"{fields[key]} {word}"
+    return fields
+
+
+def parse_node_line(line: str) -> NodeInfo:
+    fields = parse_kv_line(line, tail_key="Reason")
+    try:
+        name, state = fields["NodeName"], fields["State"]
+    except KeyError as exc:
+        raise SchedulerError(f"scontrol show node: no {exc.args[0]}= in {line[:200]!r}") from None
+    reason = _REASON_STAMP_RE.sub("", fields.get("Reason", "")).strip()
+    return NodeInfo(name=name, state=node_state(state), reason="" if reason == "none" else reason)
+
+
+def parse_exit_code(raw: str | int | Mapping[str, Any] | None) -> int | None:
+    """``"3:0"`` (scontrol/sacct), a raw wait status (squeue --json 22.05) or a 23.x object.
+
+    Killed by a signal reads as 128+signal, like a shell would report it.
+    """
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, Mapping):  # data_parser 0.0.39+: {"status": ..., "return_code": ...}
+        signal = raw.get("signal") or {}
+        sig = signal.get("id") if isinstance(signal, Mapping) else None
+        if isinstance(sig, int) and sig > 0:
+            return 128 + sig
+        code = raw.get("return_code")
+        return code if isinstance(code, int) else None
+    if isinstance(raw, int):
+        if raw & 0x7F:
+            return 128 + (raw & 0x7F)
+        return (raw >> 8) & 0xFF
+    code, _, sig = raw.partition(":")
+    try:
+        code_i, sig_i = int(code), int(sig or 0)
+    except ValueError:
+        raise SchedulerError(f"unparseable Slurm exit code {raw!r}") from None
+    return 128 + sig_i if sig_i else code_i
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What Slurm says about a job, before it is joined with the run directory."""
+
+    job_id: str
+    name: str
+    state: JobState
+    nodes: tuple[str, ...]
+    exit_code: int | None
+    reason: str
+    submitted_at: datetime | None
+    ended_at: datetime | None
+    user: str = ""
+    comment: str = ""
+    node_count: int = 1
+
+
+def _nodes(expr: str | None) -> tuple[str, ...]:
+    if expr is None or expr.strip() in _NO_NODES:
+        return ()
+    return tuple(validate.expand_nodelist(expr))
+
+
+def _slurm_time(raw: Any) -> datetime | None:
+    """Slurm prints local time without a zone; epoch seconds in JSON; 0/Unknown/None = unset."""
+    if raw is None or raw in (0, "", "Unknown", "None", "N/A", "(null)"):
+        return None
+    if isinstance(raw, int):
+        return datetime.fromtimestamp(raw, UTC)
+    if isinstance(raw, Mapping):  # 23.x: {"set": true, "number": ...}
+        return _slurm_time(raw.get("number")) if raw.get("set", True) else None
+    try:
+        return datetime.fromisoformat(raw).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _slurm_reason(raw: str | None) -> str:
+    return "" if raw in (None, "None", "(null)") else str(raw)
+
+
+def _finished_only(state: JobState, value: Any) -> Any:
+    # Slurm fills end_time/exit_code with projections or zeros while a job is live.
+    return value if state.finished else None
+
+
+def parse_scontrol_job(line: str) -> SlurmJob:
+    fields = parse_kv_line(line)
+    try:
+        job_id, state = fields["JobId"], job_state(fields["JobState"])
+    except KeyError as exc:
+        raise SchedulerError(f"scontrol show job: no {exc.args[0]}= in {line[:200]!r}") from None
+    if fields.get("ArrayTaskId") not in (None, "", "(null)"):
+        job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
+    return SlurmJob(
+        job_id=validate.job_id(job_id),
+        name=fields.get("JobName", ""),
+        state=state,
+        nodes=_nodes(fields.get("NodeList")),
+        exit_code=_finished_only(state, parse_exit_code(fields.get("ExitCode"))),
+        reason=_slurm_reason(fields.get("Reason")),
+        submitted_at=_slurm_time(fields.get("SubmitTime")),
+        ended_at=_finished_only(state, _slurm_time(fields.get("EndTime"))),
+        user=fields.get("UserId", "").split("(", 1)[0],
+        comment=_slurm_reason(fields.get("Comment")),
+        node_count=_int(fields.get("NumNodes"), 1),
+    )
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """``squeue --json``: every job the controller still holds (finished ones for MinJobAge)."""
+    try:
+        doc = json.loads(text)
+        raw_jobs = doc["jobs"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SchedulerError(f"squeue --json: unparseable output ({exc})") from exc
+    jobs = []
+    for raw in raw_jobs:
+        state = job_state(raw["job_state"])
+        job_id = str(raw["job_id"])
+        task = raw.get("array_task_id")
+        if isinstance(task, Mapping):
+            task = task.get("number") if task.get("set") else None
+        if task is not None:
+            job_id = f"{raw['array_job_id']}_{task}"
+        jobs.append(
+            SlurmJob(
+                job_id=validate.job_id(job_id),
+                name=str(raw.get("name", "")),
+                state=state,
+                nodes=_nodes(raw.get("nodes")),
+                exit_code=_finished_only(state, parse_exit_code(raw.get("exit_code"))),
+                reason=_slurm_reason(raw.get("state_reason")),
+                submitted_at=_slurm_time(raw.get("submit_time")),
+                ended_at=_finished_only(state, _slurm_time(raw.get("end_time"))),
+                user=str(raw.get("user_name", "")),
+                comment=str(raw.get("comment") or ""),
+                node_count=_int(raw.get("node_count"), 1),
+            )
+        )
+    return jobs
+
+
+def parse_sacct(text: str, delimiter: str = "|") -> list[SlurmJob]:
+    """``sacct -c -P -n -o <_SACCT_FIELDS>``; the job name is last so a delimiter in it is safe."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(delimiter, len(_SACCT_FIELDS) - 1)
+        if len(parts) != len(_SACCT_FIELDS):
+            raise SchedulerError(f"sacct -c: unexpected line {line[:200]!r}")
+        row = dict(zip(_SACCT_FIELDS, parts, strict=True))
+        if "." in row["jobid"]:  # job steps; the batch job itself carries the outcome
+            continue
+        state = job_state(row["state"])
+        nodes = _nodes(row["nodelist"])
+        jobs.append(
+            SlurmJob(
+                job_id=validate.job_id(row["jobid"]),
+                name=row["jobname"],
+                state=state,
+                nodes=nodes,
+                exit_code=_finished_only(state, parse_exit_code(row["exitcode"])),
+                reason="",
+                submitted_at=_slurm_time(row["submit"]),
+                ended_at=_finished_only(state, _slurm_time(row["end"])),
+                user=row["user"].split("(", 1)[0],
+                node_count=max(len(nodes), 1),
+            )
+        )
+    return jobs
+
+
+def _int(raw: object, default: int) -> int:
+    if isinstance(raw, Mapping):
+        raw = raw.get("number")
+    try:
+        return int(raw)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default
+
+
+# ----------------------------------------------------------------------------- adapter
+
+
+class SlurmScheduler(Scheduler):
+    """Slurm via sbatch/squeue/scontrol/scancel/sacct. See the module docstring for layout."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        partition: str | None = None,
+        timeout_s: float = 30.0,
+        command: Sequence[str] | None = None,
+        python: str | None = None,
+        gpus: bool = False,
+        sbatch_args: Sequence[str] = (),
+        slurm_conf: Path | None = None,
+        history: timedelta = timedelta(days=7),
+    ) -> None:
+        """
+        root: shared state dir (job dirs, logs, default checkpoints).
+        partition: ``--partition``; Slurm's default partition when None.
+        timeout_s: wall-clock bound on every Slurm CLI call.
+        command: training command argv; None runs the simulated trainer.
+        python: interpreter for the simulated trainer (default: this one).
+        gpus: request ``--gpus-per-node=<spec.gpus_per_node>`` (needs GRES configured).
+        sbatch_args: site-specific extra sbatch arguments from trusted configuration.
+        slurm_conf: exported as SLURM_CONF to every call; inherited from the environment if None.
+        history: how far back :meth:`jobs` reads the job-completion log.
+        """
+        if partition is not None:
+            validate.hostname(partition, "partition")  # same charset as Slurm names in practice
+        if not 0 < timeout_s <= 3600:
+            raise ConfigError(f"slurm timeout_s={timeout_s!r}: want 0 < timeout_s <= 3600")
+        if command is not None and (not command or not all(isinstance(c, str) for c in command)):
+            raise ConfigError(f"slurm command={command!r}: want a non-empty list of strings")
+        self.root = Path(root).absolute()
+        self.partition = partition
+        self.timeout_s = timeout_s
+        self.command = tuple(command) if command is not None else None
+        self.python = python or sys.executable
+        self.gpus = gpus
+        self.sbatch_args = tuple(sbatch_args)
+        self.history = history
+        self.slurm_conf = slurm_conf
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SlurmScheduler:
+        """Settings has no Slurm fields yet; read ``TRAINMEDIC_SLURM_*`` from the environment.
+
+        TRAINMEDIC_SLURM_ROOT (default ``<home>/slurm``), TRAINMEDIC_SLURM_PARTITION,
+        TRAINMEDIC_SLURM_TIMEOUT_S, TRAINMEDIC_SLURM_COMMAND (shell-style words, split once
+        here and never run through a shell), TRAINMEDIC_SLURM_GPUS (1/true), SLURM_CONF.
+        """
+        env = os.environ
+        try:
+            timeout_s = float(env.get("TRAINMEDIC_SLURM_TIMEOUT_S", "30"))
+        except ValueError as exc:
+            raise ConfigError(f"TRAINMEDIC_SLURM_TIMEOUT_S: {exc}") from exc
+        command_text = env.get("TRAINMEDIC_SLURM_COMMAND", "").strip()
+        try:
+            command = shlex.split(command_text) if command_text else None
+        except ValueError as exc:
+            raise ConfigError(f"TRAINMEDIC_SLURM_COMMAND: {exc}") from exc
+        conf = env.get("SLURM_CONF")
+        return cls(
+            Path(env.get("TRAINMEDIC_SLURM_ROOT") or settings.home / "slurm"),
+            partition=env.get("TRAINMEDIC_SLURM_PARTITION") or None,
+            timeout_s=timeout_s,
+            command=command,
+            gpus=env.get("TRAINMEDIC_SLURM_GPUS", "").lower() in {"1", "true", "yes"},
+            slurm_conf=Path(conf) if conf else None,
+        )
+
+    # ------------------------------------------------------------------------ subprocess
+
+    def _env(self) -> dict[str, str]:
+        # Read at call time: sbatch hands this environment to the job (--export=ALL default).
+        env = dict(os.environ)
+        if self.slurm_conf is not None:
+            env["SLURM_CONF"] = str(self.slurm_conf)
+        return env
+
+    def _call(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm CLI; non-zero exit is returned, not raised (callers read stderr)."""
+        try:
+            return subprocess.run(
+                args,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SchedulerError(
+                f"{shlex.join(args)}: no answer within {self.timeout_s:g}s"
+            ) from exc
+        except OSError as exc:  # FileNotFoundError: Slurm client tools not installed
+            raise SchedulerError(f"{shlex.join(args)}: cannot run ({exc})") from exc
+
+    def _check(self, args: list[str]) -> str:
+        proc = self._call(args)
+        if proc.returncode != 0:
+            raise SchedulerError(self._failure(args, proc))
+        return proc.stdout
+
+    @staticmethod
+    def _failure(args: list[str], proc: subprocess.CompletedProcess[str]) -> str:
+        detail = (proc.stderr or proc.stdout or "").strip().replace("\n", " | ")[:500]
+        return f"{shlex.join(args)}: exit {proc.returncode}: {detail or 'no output'}"
+
+    # ------------------------------------------------------------------------ submission
+
+    def _job_link(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id
+
+    def _checkpoint_dir(self, spec: JobSpec) -> Path:
+        if spec.checkpoint_dir:
+            path = Path(spec.checkpoint_dir)
+            return path if path.is_absolute() else self.root / path
+        return self.root / "checkpoints" / spec.name
+
+    def _script(self, run_dir: Path, checkpoint_dir: Path) -> str:
+        q = shlex.quote
+        link_dir = self.root / "jobs"
+        target = Path("..") / "runs" / run_dir.name
+        if self.command is None:
+            argv = [self.python, "-m", "trainmedic.sim.job", "--job-dir", '"$TRAINMEDIC_JOB_DIR"',
+                    "--checkpoint-dir", '"$TRAINMEDIC_CHECKPOINT_DIR"', "--nodes",
+                    '"$TRAINMEDIC_NODES"']  # fmt: skip
+            command = " ".join(a if a.startswith('"$') else q(a) for a in argv)
+            # The trainer is this package: make it importable even when not pip-installed.
+            pythonpath = str(Path(__file__).resolve().parents[2])
+            prelude = f'export PYTHONPATH={q(pythonpath)}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        else:
+            command = shlex.join(self.command)
+            prelude = ""
+        return f"""#!/bin/bash
+# Generated by trainmedic (SlurmScheduler.submit). Values are baked in, shell-quoted.
+set -euo pipefail
+run_dir={q(str(run_dir))}
+# Make jobs/<id> point here (atomic rename; the submitter does the same, same target).
+tmp_link={q(str(link_dir))}/.link-"$SLURM_JOB_ID".$$
+ln -sfn {q(str(target))} "$tmp_link"
+mv -Tf "$tmp_link" {q(str(link_dir))}/"$SLURM_JOB_ID"
+export TRAINMEDIC_JOB_ID="$SLURM_JOB_ID"
+export TRAINMEDIC_JOB_DIR="$run_dir"
+export TRAINMEDIC_LOG_DIR="$run_dir/logs"
+export TRAINMEDIC_SPEC="$run_dir/spec.json"
+export TRAINMEDIC_HEARTBEAT="$run_dir/heartbeat"
+export TRAINMEDIC_CHECKPOINT_DIR={q(str(checkpoint_dir))}
+TRAINMEDIC_NODES=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
+export TRAINMEDIC_NODES
+mkdir -p "$TRAINMEDIC_LOG_DIR" "$TRAINMEDIC_CHECKPOINT_DIR"
+cd "$run_dir"
+{prelude}exec {command}
+"""
+
+    def submit(self, spec: JobSpec, *, resubmission_of: str | None = None) -> JobInfo:
+        if resubmission_of is not None:
+            resubmission_of = validate.job_id(resubmission_of, "resubmission_of")
+        for node in spec.exclude:
+            validate.hostname(node, "exclude")
+        submitted_at = datetime.now(UTC)
+        run = f"{spec.name}-{submitted_at:%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+        run_dir = self.root / "runs" / run
+        checkpoint_dir = self._checkpoint_dir(spec)
+        try:
+            (run_dir / "logs").mkdir(parents=True)
+            (self.root / "jobs").mkdir(parents=True, exist_ok=True)
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "spec.json").write_text(spec.model_dump_json())
+            meta = {
+                "run": run,
+                "submitted_at": submitted_at.isoformat(),
+                "resubmission_of": resubmission_of,
+                "checkpoint_dir": str(checkpoint_dir),
+            }
+            (run_dir / "meta.json").write_text(json.dumps(meta))
+            script = run_dir / "job.sh"
+            script.write_text(self._script(run_dir, checkpoint_dir))
+            script.chmod(0o755)
+        except OSError as exc:
+            raise SchedulerError(f"cannot prepare job directory {run_dir}: {exc}") from exc
+
+        args = ["sbatch", "--parsable", "--job-name", spec.name, "--nodes", str(spec.nodes),
+                "--output", str(run_dir / "logs" / "slurm-%j.out"), "--chdir", str(run_dir),
+                "--comment", f"{COMMENT_PREFIX}{run}"]  # fmt: skip
+        if self.partition:
+            args += ["--partition", self.partition]
+        if spec.exclude:
+            args += ["--exclude", ",".join(spec.exclude)]
+        if self.gpus:
+            args += [f"--gpus-per-node={spec.gpus_per_node}"]
+        args += [*self.sbatch_args, str(script)]
+        try:
+            out = self._check(args).strip()
+        except SchedulerError:
+            shutil.rmtree(run_dir, ignore_errors=True)  # never submitted: leave no orphan
+            raise
+        # --parsable prints "<id>" or "<id>;<cluster>".
+        job_id = validate.job_id(out.split(";", 1)[0].strip(), "sbatch output")
+        self._link(job_id, run)
+        try:
+            return self.job(job_id)
+        except JobNotFound:  # purged already: only if MinJobAge is tiny; report what we know
+            return self._info(
+                SlurmJob(job_id, spec.name, JobState.PENDING, (), None, "", submitted_at, None),
+                run_dir,
+            )
+
+    def _link(self, job_id: str, run: str) -> None:
+        link = self._job_link(job_id)
+        tmp = link.with_name(f".link-{job_id}.{os.getpid()}.{secrets.token_hex(2)}")
+        try:
+            os.symlink(Path("..") / "runs" / run, tmp)
+            os.replace(tmp, link)
+        except OSError as exc:
+            raise SchedulerError(f"job {job_id} submitted, but cannot link {link}: {exc}") from exc
+
+    # ------------------------------------------------------------------------ lookup
+
+    def _run_dir(self, job: SlurmJob) -> Path | None:
+        link = self._job_link(job.job_id)
+        if (link / "spec.json").is_file():
+            return link
+        if job.comment.startswith(COMMENT_PREFIX):
+            run = job.comment.removeprefix(COMMENT_PREFIX)
+            if _RUN_RE.match(run) and (self.root / "runs" / run / "spec.json").is_file():
+                return self.root / "runs" / run
+        return None
+
+    def _info(self, job: SlurmJob, run_dir: Path | None = None) -> JobInfo:
+        run_dir = run_dir or self._run_dir(job)
+        meta: dict[str, Any] = {}
+        if run_dir is not None:
+            try:
+                spec = JobSpec.model_validate_json((run_dir / "spec.json").read_text())
+                meta = json.loads((run_dir / "meta.json").read_text())
+            except (OSError, ValueError) as exc:
+                raise SchedulerError(f"job {job.job_id}: unreadable {run_dir}: {exc}") from exc
+            job_dir = self._job_link(job.job_id)
+            checkpoint_dir = Path(meta.get("checkpoint_dir") or self._checkpoint_dir(spec))
+        else:
+            # Not submitted through trainmedic: describe it as far as Slurm can.
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", job.name)[:64] or f"job{job.job_id}"
+            owner = re.sub(r"[^A-Za-z0-9_.@-]", "_", job.user)[:64] or "unknown"
+            spec = JobSpec(name=name, nodes=max(1, min(job.node_count, 4096)), owner=owner)
+            job_dir = self._job_link(job.job_id)
+            checkpoint_dir = self._checkpoint_dir(spec)
+        reason = job.reason
+        cancel = run_dir / "cancel.json" if run_dir is not None else None
+        if job.state is JobState.CANCELLED and cancel is not None and cancel.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                reason = str(json.loads(cancel.read_text()).get("reason", reason))
+        submitted = meta.get("submitted_at")
+        return JobInfo(
+            job_id=job.job_id,
+            name=spec.name,
+            state=job.state,
+            nodes=job.nodes,
+            exit_code=job.exit_code,
+            reason=reason,
+            log_dir=str(job_dir / "logs"),
+            checkpoint_dir=str(checkpoint_dir),
+            heartbeat_path=str(job_dir / "heartbeat"),
+            spec=spec,
+            submitted_at=(
+                datetime.fromisoformat(submitted)
+                if submitted
+                else job.submitted_at or datetime.now(UTC)
+            ),
+            ended_at=job.ended_at,
+            resubmission_of=meta.get("resubmission_of"),
+        )
+
+    def _slurm_job(self, job_id: str) -> SlurmJob:
+        args = ["scontrol", "show", "job", "-o", job_id]
+        proc = self._call(args)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return parse_scontrol_job(proc.stdout.strip().splitlines()[0])
+        if "invalid job id" not in (proc.stderr + proc.stdout).lower():
+            raise SchedulerError(self._failure(args, proc))
+        # Purged from the controller (MinJobAge): the job-completion log still has it.
+        for job in self._sacct(["-j", job_id]):
+            if job.job_id == job_id:
+                return job
+        raise JobNotFound(f"job {job_id}: unknown to Slurm (neither scontrol nor sacct -c)")
+
+    def _sacct(self, selection: list[str]) -> list[SlurmJob]:
+        delimiter = "\x1f"  # not in any job name or node list Slurm accepts
+        args = ["sacct", "-c", "-P", "-n", f"--delimiter={delimiter}",
+                "-o", ",".join(_SACCT_FIELDS), *selection]  # fmt: skip
+        return parse_sacct(self._check(args), delimiter)
+
+    def job(self, job_id: str) -> JobInfo:
+        return self._info(self._slurm_job(validate.job_id(job_id)))
+
+    def jobs(self) -> list[JobInfo]:
+        live = {j.job_id: j for j in parse_squeue_json(self._check(["squeue", "--json"]))}
+        since = datetime.now().astimezone() - self.history  # sacct reads local time
+        old = self._sacct(["-S", since.strftime("%Y-%m-%dT%H:%M:%S")])
+        merged = {**{j.job_id: j for j in old}, **live}
+        infos = [self._info(j) for j in merged.values()]
+        return sorted(infos, key=lambda i: (i.submitted_at, _id_key(i.job_id)))
+
+    # ------------------------------------------------------------------------ control
+
+    def cancel(self, job_id: str, reason: str) -> bool:
+        job_id, reason = validate.job_id(job_id), validate_reason(reason)
+        current = self._slurm_job(job_id)
+        if current.state.finished:
+            return False
+        run_dir = self._run_dir(current)
+        if run_dir is not None:
+            # scancel takes no reason; keep ours where job() will find it.
+            record = {"reason": reason, "at": datetime.now(UTC).isoformat()}
+            try:
+                (run_dir / "cancel.json").write_text(json.dumps(record))
+            except OSError as exc:
+                raise SchedulerError(f"job {job_id}: cannot record cancel reason: {exc}") from exc
+        self._check(["scancel", job_id])
+        return True
+
+    def _node(self, node: str) -> NodeInfo:
+        args = ["scontrol", "show", "node", "-o", node]
+        proc = self._call(args)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise SchedulerError(self._failure(args, proc))
+        return parse_node_line(proc.stdout.strip().splitlines()[0])
+
+    def nodes(self) -> list[NodeInfo]:
+        out = self._check(["scontrol", "show", "node", "-o"])
+        return [parse_node_line(line) for line in out.splitlines() if line.strip()]
+
+    def drain(self, node: str, reason: str) -> bool:
+        node, reason = validate.hostname(node), validate_reason(reason)
+        if self._node(node).state is NodeState.DRAINED:
+            return False
+        self._check(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+        return True
+
+    def resume(self, node: str) -> bool:
+        node = validate.hostname(node)
+        if self._node(node).state is not NodeState.DRAINED:
+            return False
+        self._check(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        return True
+
+
+def _id_key(job_id: str) -> tuple[int, int]:
+    base, _, task = job_id.partition("_")
+    return int(base), int(task or -1)

@@ -1,0 +1,64 @@
+"""Settings, read from the environment (prefix ``TRAINMEDIC_``) or a ``.env`` file.
+
+The embedded default needs nothing: a local Prefect server on SQLite under ``home``, the
+simulated scheduler and the simulated inventory. Production sets the variables documented in
+the README (scheduler=slurm, a real inventory, PREFECT_API_URL, a PostgreSQL database URL).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, HttpUrl
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINMEDIC_", env_file=".env", extra="ignore")
+
+    home: Path = Field(default=REPO_ROOT / ".trainmedic", description="state directory")
+    scheduler: Literal["sim", "slurm"] = "sim"
+    inventory: Path = Field(default=REPO_ROOT / "inventories" / "sim")
+    playbook_dir: Path = Field(default=REPO_ROOT / "playbooks")
+
+    # Embedded Prefect server (ignored when PREFECT_API_URL points elsewhere).
+    server_host: str = "127.0.0.1"
+    server_port: int = Field(default=4200, ge=1, le=65535)
+    database_url: str | None = Field(
+        default=None,
+        description="PREFECT_SERVER_DATABASE_CONNECTION_URL, e.g. "
+        "postgresql+asyncpg://prefect:***@db/prefect; SQLite under home when unset",
+    )
+
+    # Telemetry (Prometheus text format, DCGM exporter metric names).
+    telemetry_url: HttpUrl | None = None
+    http_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+    # Playbooks.
+    playbook_timeout_s: int = Field(default=600, ge=5, le=86_400)
+    ansible_forks: int = Field(default=16, ge=1, le=512)
+
+    # Recovery policy.
+    retry_budget: int = Field(default=3, ge=0, le=50)
+    verify_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def sim_home(self) -> Path:
+        return self.home / "sim"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.home / "prefect"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.server_host}:{self.server_port}/api"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

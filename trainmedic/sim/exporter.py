@@ -1,0 +1,89 @@
+"""Simulated DCGM exporter: ``/metrics`` in the Prometheus text format, one series per GPU,
+with the metric names and labels of NVIDIA's dcgm-exporter. A node that is down exports
+nothing, as a dead exporter would."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from trainmedic.sim.cluster import NodeFault, SimCluster, pci_bus_id
+
+XID_OF = {NodeFault.xid79: 79, NodeFault.ecc: 48, NodeFault.nvlink: 74, NodeFault.overheat: 62}
+FAMILIES = (
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter",
+     "Total number of NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+)
+
+
+def render_metrics(cluster: SimCluster) -> str:
+    samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
+    gpus = cluster.gpus_per_node
+    for status in cluster.statuses():
+        if status.fault is NodeFault.down:
+            continue
+        for gpu in range(gpus):
+            faulty = gpu == status.gpu and status.fault is not NodeFault.healthy
+            labels = (
+                f'gpu="{gpu}",UUID="GPU-{status.name}-{gpu}",pci_bus_id="{pci_bus_id(gpu)}",'
+                f'device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="{status.name}"'
+            )
+            hot = faulty and status.fault is NodeFault.overheat
+            values = {
+                "DCGM_FI_DEV_GPU_TEMP": 96 if hot else 41 + gpu,
+                "DCGM_FI_DEV_XID_ERRORS": XID_OF.get(status.fault, 0) if faulty else 0,
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2 if faulty and status.fault is NodeFault.ecc else 0,
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (
+                    1843 if faulty and status.fault is NodeFault.nvlink else 0
+                ),
+                "DCGM_FI_DEV_GPU_UTIL": 0,
+            }
+            for name, value in values.items():
+                samples[name].append(f"{name}{{{labels}}} {value}")
+    lines = []
+    for name, kind, help_text in FAMILIES:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    return "\n".join(lines) + "\n"
+
+
+def make_server(cluster: SimCluster, host: str = "127.0.0.1", port: int = 9400) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404, "only /metrics here")
+                return
+            body = render_metrics(cluster).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainmedic.sim.exporter")
+    parser.add_argument("--sim-home", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9400)
+    args = parser.parse_args(argv)
+    server = make_server(SimCluster(Path(args.sim_home)), args.host, args.port)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

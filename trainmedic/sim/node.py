@@ -1,0 +1,227 @@
+"""Simulated node commands: ``python -m trainmedic.sim.node --node-dir DIR COMMAND ARGS...``.
+
+Each behaves like the real tool on a node in the given fault state: same output format, same
+exit codes, and the same way of failing (nvidia-smi on a lost GPU exits 15; an allgather with
+a broken peer fails with NCCL errors; one with an unreachable peer hangs until killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from trainmedic.sim.cluster import NodeFault, NodeStatus, node_status, pci_bus_id
+
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+HEALTHY_BUSBW_GBPS = 46.0
+SLOW_FACTOR = 0.12
+OVERHEAT_FACTOR = 0.7
+LOST_GPU_RC = 15
+
+
+def _gpus(node_dir: Path) -> int:
+    cluster = node_dir.parent.parent / "cluster.json"
+    try:
+        import json
+
+        return int(json.loads(cluster.read_text())["gpus_per_node"])
+    except (OSError, ValueError, KeyError):
+        return 4
+
+
+def _jitter(seed: str, spread: float = 0.03) -> float:
+    digest = hashlib.sha256(seed.encode()).digest()
+    return 1.0 + spread * ((digest[0] / 255.0) * 2 - 1)
+
+
+def _unreachable(status: NodeStatus) -> int:
+    print(f"ssh: connect to host {status.name} port 22: No route to host", file=sys.stderr)
+    return 255
+
+
+# ----------------------------------------------------------------------------- nvidia-smi
+
+
+def nvidia_smi(node_dir: Path, argv: list[str]) -> int:
+    status = node_status(node_dir)
+    if status.fault is NodeFault.down:
+        return _unreachable(status)
+    gpus = _gpus(node_dir)
+    if status.fault is NodeFault.xid79:
+        print(
+            f"Unable to determine the device handle for GPU{pci_bus_id(status.gpu)}: "
+            "GPU is lost.  Reboot the system to recover this GPU"
+        )
+        return LOST_GPU_RC
+    query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
+    rows = [_gpu_row(status, gpu) for gpu in range(gpus)]
+    if query is None:
+        print(f"{'GPU':<4}{'Name':<24}{'Bus-Id':<18}{'Temp':>6}{'Uncorr. ECC':>13}")
+        for row in rows:
+            print(
+                f"{row['index']:<4}{row['name']:<24}{row['pci.bus_id']:<18}"
+                f"{row['temperature.gpu']:>5}C{row['ecc.errors.uncorrected.volatile.total']:>13}"
+            )
+        return 0
+    fields = [f.strip() for f in query.split(",")]
+    unknown = [f for f in fields if f not in rows[0]]
+    if unknown:
+        print(f'Field "{unknown[0]}" is not a valid field to query.', file=sys.stderr)
+        return 2
+    for row in rows:
+        print(", ".join(str(row[f]) for f in fields))
+    return 0
+
+
+def _gpu_row(status: NodeStatus, gpu: int) -> dict[str, object]:
+    faulty = gpu == status.gpu
+    hot = faulty and status.fault is NodeFault.overheat
+    return {
+        "index": gpu,
+        "name": GPU_NAME,
+        "pci.bus_id": pci_bus_id(gpu),
+        "temperature.gpu": 96 if hot else 41 + gpu,
+        "utilization.gpu": 0,
+        "ecc.errors.uncorrected.volatile.total": 2 if faulty and status.fault is NodeFault.ecc else 0,
+        "clocks_throttle_reasons.hw_thermal_slowdown": "Active" if hot else "Not Active",
+    }
+
+
+# ----------------------------------------------------------------------------- dmesg
+
+
+def dmesg(node_dir: Path, argv: list[str]) -> int:
+    status = node_status(node_dir)
+    if status.fault is NodeFault.down:
+        return _unreachable(status)
+    sys.stdout.write((node_dir / "kern.log").read_text())
+    return 0
+
+
+# ----------------------------------------------------------------------------- dcgmi
+
+
+def dcgmi(node_dir: Path, argv: list[str]) -> int:
+    status = node_status(node_dir)
+    if status.fault is NodeFault.down:
+        return _unreachable(status)
+    verdicts = {
+        "Memory": "Fail" if status.fault is NodeFault.ecc else "Pass",
+        "NVLink": "Fail" if status.fault is NodeFault.nvlink else "Pass",
+        "PCIe": "Fail" if status.fault is NodeFault.xid79 else "Pass",
+        "Thermal": "Fail" if status.fault is NodeFault.overheat else "Pass",
+    }
+    print("+---------------------------+------------------------------------------------+")
+    print("| Diagnostic                | Result                                         |")
+    print("+===========================+================================================+")
+    for test, verdict in verdicts.items():
+        print(f"| {test:<25} | {verdict:<46} |")
+    print("+---------------------------+------------------------------------------------+")
+    return 1 if "Fail" in verdicts.values() else 0
+
+
+# ----------------------------------------------------------------------------- allgather
+
+
+def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
+    """nccl-tests ``all_gather_perf`` across ``--hosts a,b``; run on the first host."""
+    parser = argparse.ArgumentParser(prog="all_gather_perf")
+    parser.add_argument("-b", "--minbytes", default="1G")
+    parser.add_argument("-e", "--maxbytes", default="1G")
+    parser.add_argument("-f", "--stepfactor", default="2")
+    parser.add_argument("-g", "--ngpus", type=int, default=1)
+    parser.add_argument("--hosts", required=True)
+    args, _ = parser.parse_known_args(argv)
+    hosts = [h for h in args.hosts.split(",") if h]
+    statuses = [node_status(node_dir.parent / h) for h in hosts]
+    seconds = float(os.environ.get("TRAINMEDIC_SIM_TEST_SECONDS", "0.5"))
+    size = _parse_size(args.maxbytes)
+    nranks = len(hosts) * args.ngpus
+
+    print(
+        f"# nThread 1 nGpus {args.ngpus} minBytes {size} maxBytes {size} step: 2(factor) "
+        "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices"
+    )
+    for rank, (host, status) in enumerate(zip(hosts, statuses, strict=True)):
+        if status.fault is not NodeFault.down:
+            print(f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device  0 "
+                  f"[0x1b] {GPU_NAME}")
+    sys.stdout.flush()
+
+    if any(s.fault is NodeFault.down for s in statuses):
+        # Bootstrap never completes with a peer that is gone: the real test hangs here.
+        time.sleep(float(os.environ.get("TRAINMEDIC_SIM_HANG_SECONDS", "3600")))
+        return 1
+    broken = [s for s in statuses if s.fault in (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)]
+    time.sleep(seconds)
+    if broken:
+        for status in broken:
+            message = {
+                NodeFault.xid79: "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                NodeFault.ecc: "uncorrectable ECC error encountered",
+                NodeFault.nvlink: "an illegal memory access was encountered",
+            }[status.fault]
+            print(
+                f"{status.name}: Test NCCL failure common.cu:1279 '{message}'\n"
+                f" .. {status.name} pid {os.getpid()}: Test failure common.cu:1100"
+            )
+        return 1
+
+    factor = 1.0
+    for status in statuses:
+        if status.fault is NodeFault.slow:
+            factor = min(factor, SLOW_FACTOR)
+        elif status.fault is NodeFault.overheat:
+            factor = min(factor, OVERHEAT_FACTOR)
+    busbw = HEALTHY_BUSBW_GBPS * factor * _jitter(",".join(sorted(hosts)))
+    algbw = busbw * nranks / max(nranks - 1, 1)
+    time_us = size / (algbw * 1e3)
+    print("#")
+    print("#                                                              out-of-place"
+          "                       in-place")
+    print("#       size         count      type   redop    root     time   algbw   busbw"
+          " #wrong     time   algbw   busbw #wrong")
+    print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+          "            (us)  (GB/s)  (GB/s)")
+    print(
+        f"{size:>12d}  {size // 4 // nranks:>12d}     float    none      -1 {time_us:8.1f} "
+        f"{algbw:7.2f} {busbw:7.2f}      0 {time_us:8.1f} {algbw:7.2f} {busbw:7.2f}      0"
+    )
+    print("# Out of bounds values : 0 OK")
+    print(f"# Avg bus bandwidth    : {busbw:.4f}")
+    print("#")
+    return 0
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+COMMANDS = {
+    "nvidia-smi": nvidia_smi,
+    "dmesg": dmesg,
+    "dcgmi": dcgmi,
+    "all_gather_perf": all_gather_perf,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[0] != "--node-dir" or argv[2] not in COMMANDS:
+        print("usage: python -m trainmedic.sim.node --node-dir DIR COMMAND [ARGS...]",
+              file=sys.stderr)
+        return 2
+    node_dir, command, rest = Path(argv[1]), argv[2], argv[3:]
+    return COMMANDS[command](node_dir, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
