@@ -1,36 +1,13 @@
 """The simulated scheduler with real trainer processes: failures, checkpoints, drains."""
 
-import json
-import time
 from pathlib import Path
 
 import pytest
 
 from trainmedic import checkpoints
 from trainmedic.errors import InputError, JobNotFound
-from trainmedic.models import JobInfo, JobSpec, JobState, NodeState
-
-
-def wait_finished(scheduler, job_id: str, timeout: float = 30) -> JobInfo:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = scheduler.job(job_id)
-        if info.state.finished:
-            return info
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} still {info.state}")
-
-
-def wait_step(job: JobInfo, step: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(Path(job.heartbeat_path).read_text())["step"] >= step:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"job {job.job_id} never reached step {step}")
+from helpers import wait_finished, wait_step
+from trainmedic.models import JobSpec, JobState, NodeState
 
 
 def test_job_completes_with_checkpoints(sim) -> None:

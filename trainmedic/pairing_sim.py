@@ -112,11 +112,16 @@ class ThreadedExecutor:
         self.fabric = fabric
         self.test_seconds = test_seconds
         self.batches = 0  # run_round calls: rounds plus retry batches
+        self.busy_s = 0.0  # wall time spent inside run_round calls
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pairtest")
 
     def __call__(self, groups: Sequence[Group]) -> list[PairResult]:
         self.batches += 1
-        return list(self._pool.map(self._one, groups))
+        start = time.perf_counter()
+        try:
+            return list(self._pool.map(self._one, groups))
+        finally:
+            self.busy_s += time.perf_counter() - start
 
     def _one(self, group: Group) -> PairResult:
         time.sleep(self.test_seconds)

@@ -22,7 +22,7 @@ earlier cluster that recycled the id is replaced the same way. ``--comment train
 lets the adapter find the run even if it died between sbatch and making the link.
 
 The training command: by default the simulated trainer ``python -m trainmedic.sim.job``
-(see :data:`SIM_TRAINER`); pass ``command=["srun", "python", "train.py"]`` (or set
+with this interpreter; pass ``command=["srun", "python", "train.py"]`` (or set
 ``TRAINMEDIC_SLURM_COMMAND``) for a real one. The command runs in the job dir with
 ``TRAINMEDIC_JOB_ID``, ``TRAINMEDIC_JOB_DIR``, ``TRAINMEDIC_LOG_DIR``, ``TRAINMEDIC_SPEC``,
 ``TRAINMEDIC_CHECKPOINT_DIR``, ``TRAINMEDIC_HEARTBEAT`` and ``TRAINMEDIC_NODES``
@@ -53,7 +53,7 @@ from trainmedic.scheduler.base import Scheduler
 from trainmedic.settings import Settings
 
 __all__ = [
-    "SIM_TRAINER",
+    "SlurmJob",
     "SlurmScheduler",
     "job_state",
     "node_state",
@@ -61,14 +61,15 @@ __all__ = [
     "parse_kv_line",
     "parse_node_line",
     "parse_sacct",
+    "parse_scontrol_job",
     "parse_squeue_json",
     "validate_reason",
 ]
 
-SIM_TRAINER = "sim"  # marker: run trainmedic.sim.job with the adapter's own interpreter
 COMMENT_PREFIX = "trainmedic:"
 REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/@#+()-]{1,200}$")
 _RUN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY_RE = re.compile(r"^[A-Z][A-Za-z0-9_:/]*=")
 _REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 _NO_NODES = {"", "(null)", "None", "None assigned", "(None)"}
@@ -400,8 +401,8 @@ class SlurmScheduler(Scheduler):
         slurm_conf: exported as SLURM_CONF to every call; inherited from the environment if None.
         history: how far back :meth:`jobs` reads the job-completion log.
         """
-        if partition is not None:
-            validate.hostname(partition, "partition")  # same charset as Slurm names in practice
+        if partition is not None and not _PARTITION_RE.match(partition):
+            raise InputError("partition", partition, "letters, digits and _.- only")
         if not 0 < timeout_s <= 3600:
             raise ConfigError(f"slurm timeout_s={timeout_s!r}: want 0 < timeout_s <= 3600")
         if command is not None and (not command or not all(isinstance(c, str) for c in command)):

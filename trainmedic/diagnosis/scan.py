@@ -1,0 +1,256 @@
+"""Streaming scan of one log source: signature hits, loss curve, tail.
+
+Memory stays bounded whatever the log size: blocks of ~1 MiB, the first and last few hits
+per signature, a sampled loss curve, the last lines. Speed comes from never looking at a
+line in Python unless its *template* (lowercased, digits masked) contains a prefilter
+anchor: a training log is millions of lines sharing a few templates, so one C-level
+translate + split + set per block replaces millions of regex searches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
+from trainmedic.diagnosis.loss import LossPoint, extract_losses
+from trainmedic.diagnosis.sources import LogSource
+
+__all__ = ["Hit", "SourceScan", "scan_source"]
+
+KEEP_FIRST = 3
+KEEP_LAST = 3
+TAIL_LINES = 40
+MAX_LINE = 4 << 20  # a "line" longer than this is cut: a log without newlines stays bounded
+MAX_EVIDENCE_TEXT = 400
+FULL_LOSS_BLOCKS = 4  # first and last blocks of a source: every loss value is read
+LOSS_SAMPLE_BYTES = 32 << 10  # other blocks: only their first 32 KiB
+LOSS_SAMPLE_POINTS = 16
+
+# Where a line says who wrote it. Tried in order, first match wins per field.
+_NCCL_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[(?P<gpu>\d+)\]")
+_LABEL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w-]*\d[\w-]*): ")
+_SYSLOG_PREFIX = re.compile(
+    r"^(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
+    r"(?P<host>[A-Za-z][\w.-]*)\s+kernel:"
+)
+_RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
+_GPU = re.compile(
+    r"\bGPU\s*(?P<gpu>\d{1,2})(?![\d:.])|device ordinal (?P<ordinal>\d+)|cuda:(?P<cuda>\d+)"
+)
+_PCI = re.compile(r"\b(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
+_ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+
+
+@dataclass(frozen=True)
+class Hit:
+    signature: Signature
+    source_index: int
+    file: str
+    line: int
+    text: str
+    host: str | None
+    rank: int | None
+    gpu: str | None  # "1" or a PCI id
+    timestamp: float | None
+
+    @property
+    def order(self) -> tuple[float, int, int]:
+        # Timestamps order lines across files; without one, file order then line order.
+        return (
+            self.timestamp if self.timestamp is not None else float("inf"),
+            self.source_index,
+            self.line,
+        )
+
+
+@dataclass
+class _Bucket:
+    first: list[Hit] = field(default_factory=list)
+    last: deque[Hit] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
+    count: int = 0
+
+    def add(self, hit: Hit) -> None:
+        self.count += 1
+        if len(self.first) < KEEP_FIRST:
+            self.first.append(hit)
+        else:
+            self.last.append(hit)
+
+    def hits(self) -> list[Hit]:
+        return [*self.first, *self.last]
+
+
+@dataclass
+class SourceScan:
+    source: LogSource
+    index: int
+    lines: int = 0
+    bytes_read: int = 0
+    buckets: dict[str, _Bucket] = field(default_factory=dict)
+    loss_points: list[LossPoint] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+
+    def hits(self) -> list[Hit]:
+        return [hit for bucket in self.buckets.values() for hit in bucket.hits()]
+
+    def count(self, signature_id: str) -> int:
+        bucket = self.buckets.get(signature_id)
+        return bucket.count if bucket else 0
+
+
+def scan_source(source: LogSource, index: int, catalogue: Catalogue) -> SourceScan:
+    scanner = _Scanner(source, index, catalogue)
+    scanner.run()
+    return scanner.result
+
+
+class _Scanner:
+    def __init__(self, source: LogSource, index: int, catalogue: Catalogue) -> None:
+        self.result = SourceScan(source=source, index=index)
+        self.catalogue = catalogue
+        self.prefilter = catalogue.prefilter.search
+        self.signatures = tuple(s for s in catalogue.signatures)
+        self.block_no = 0
+        # (first line number, body, loss points from a sample only) of the latest blocks,
+        # re-read in full at the end so the end of the curve (where a spike is) is exact.
+        self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
+        self.loss_blocks: list[list[LossPoint]] = []
+
+    def run(self) -> None:
+        carry = b""
+        next_line = 1
+        last_body = b""
+        for block in self.result.source.open_blocks():
+            self.result.bytes_read += len(block)
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                if len(data) < MAX_LINE:
+                    carry = data
+                    continue
+                cut = len(data)
+            body, carry = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
+            next_line = self._scan_body(body, next_line)
+            last_body = body
+        if carry:
+            next_line = self._scan_body(carry + b"\n", next_line)
+            last_body = last_body[-(64 << 10) :] + carry + b"\n"
+        self.result.lines = next_line - 1
+        self._finish_loss()
+        tail = last_body[-(64 << 10) :].decode("utf-8", "replace").splitlines()
+        self.result.tail = tail[-TAIL_LINES:]
+
+    def _scan_body(self, body: bytes, first_line: int) -> int:
+        masked_lines = body.translate(MASK).split(b"\n")
+        templates = set(masked_lines)
+        flagged = {t for t in templates if self.prefilter(t)}
+        if flagged:
+            raw_lines = body.split(b"\n")
+            for offset, template in enumerate(masked_lines):
+                if template in flagged:
+                    self._match_line(raw_lines[offset], first_line + offset)
+        self._collect_loss(body, first_line)
+        self.block_no += 1
+        return first_line + len(masked_lines) - 1
+
+    def _collect_loss(self, body: bytes, first_line: int) -> None:
+        if b"loss" not in body:
+            points: list[LossPoint] = []
+        elif self.block_no < FULL_LOSS_BLOCKS:
+            points = list(extract_losses(body, first_line))
+        else:
+            window = body[:LOSS_SAMPLE_BYTES]
+            window = window[: window.rfind(b"\n") + 1]
+            points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
+        self.loss_blocks.append(points)
+        if self.block_no >= FULL_LOSS_BLOCKS:
+            self.recent.append((first_line, body, points))
+
+    def _finish_loss(self) -> None:
+        # The last blocks were only sampled: read all their values now.
+        recent = list(self.recent)
+        for position, (first_line, body, _sampled) in enumerate(recent):
+            block_index = len(self.loss_blocks) - len(recent) + position
+            if b"loss" in body:
+                self.loss_blocks[block_index] = list(extract_losses(body, first_line))
+        self.result.loss_points = [p for block in self.loss_blocks for p in block]
+        self.loss_blocks = []
+        self.recent.clear()
+
+    def _match_line(self, raw: bytes, line_no: int) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if "\r" in text:  # progress bars redraw with \r: the last frame is what was printed
+            text = text.replace("\r", " ")
+        attribution: tuple[str | None, int | None, str | None, float | None] | None = None
+        for signature in self.signatures:
+            match = signature.regex.search(text)
+            if match is None:
+                continue
+            if attribution is None:
+                attribution = _attribute(text)
+            host, rank, gpu, timestamp = attribution
+            groups = {k: v for k, v in match.groupdict().items() if v}
+            for name, value in groups.items():
+                if name.startswith(("host", "ip")):
+                    host = value.lower() if name.startswith("host") else value
+                elif name.startswith("rank"):
+                    rank = int(value)
+                elif name.startswith(("pci", "gpu")):
+                    gpu = value
+            source = self.result.source
+            hit = Hit(
+                signature=signature,
+                source_index=self.result.index,
+                file=source.name,
+                line=line_no,
+                text=_excerpt(text, match.start()),
+                host=host if host is not None else source.host,
+                rank=rank if rank is not None else source.rank,
+                gpu=gpu,
+                timestamp=timestamp,
+            )
+            self.result.buckets.setdefault(signature.id, _Bucket()).add(hit)
+
+
+def _attribute(text: str) -> tuple[str | None, int | None, str | None, float | None]:
+    host: str | None = None
+    gpu: str | None = None
+    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX):
+        match = prefix.search(text)
+        if match:
+            host = match.group("host").lower()
+            gpu = match.groupdict().get("gpu")
+            break
+    rank_match = _RANK.search(text)
+    rank = int(rank_match.group("rank")) if rank_match else None
+    if gpu is None:
+        gpu_match = _GPU.search(text)
+        if gpu_match:
+            gpu = next(v for v in gpu_match.groups() if v is not None)
+        else:
+            pci_match = _PCI.search(text)
+            gpu = pci_match.group("pci") if pci_match else None
+    return host, rank, gpu, _timestamp(text)
+
+
+def _timestamp(text: str) -> float | None:
+    match = _ISO_TIME.search(text, 0, 80)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction = match.group(7)
+    try:
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+    return moment.timestamp() + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+def _excerpt(text: str, start: int) -> str:
+    if len(text) <= MAX_EVIDENCE_TEXT:
+        return text
+    begin = max(0, start - 120)
+    return ("…" if begin else "") + text[begin : begin + MAX_EVIDENCE_TEXT] + "…"
