@@ -51,6 +51,7 @@ class TriageResult(BaseModel):
     checkpoint_step: int | None
     new_job_id: str | None
     report_key: str
+    report_id: str
 
 
 @task(name="classify-failure", cache_policy=NO_CACHE)
@@ -122,7 +123,7 @@ def triage(request: TriageRequest) -> TriageResult:
                                     outcome="human decision needed"))
 
     key = f"triage-{job.job_id}"
-    create_markdown_artifact(
+    report_id = create_markdown_artifact(
         key=key,
         markdown=triage_report(job=job, diagnosis=diagnosis, plan=plan, actions=actions,
                                checkpoint=checkpoint, new_job=new_job, diagnostics=diagnostics,
@@ -135,4 +136,5 @@ def triage(request: TriageRequest) -> TriageResult:
         drained=[a.target for a in actions if a.what == "drain" and a.changed],
         checkpoint_step=checkpoint.step if checkpoint else None,
         new_job_id=new_job.job_id if new_job else None, report_key=key,
+        report_id=str(report_id),
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_finished, wait_step
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId, ArtifactFilterKey
 
 from trainmedic import checkpoints
 from trainmedic.models import JobSpec, JobState, NodeState
@@ -24,12 +24,15 @@ def failed_job(sim, fault: str, *, gpu: int = 2, name: str = "pretrain"):  # typ
     return wait_finished(scheduler, job.job_id)
 
 
-def report(key: str) -> str:
+def report(result) -> str:  # type: ignore[no-untyped-def]
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+            artifact_filter=ArtifactFilter(
+                id=ArtifactFilterId(any_=[result.report_id]),
+                key=ArtifactFilterKey(any_=[result.report_key]),
+            )
         )
-    assert found, f"no artifact {key}"
+    assert found, f"no artifact {result.report_key}"
     return str(found[0].data)
 
 
@@ -61,7 +64,7 @@ def test_xid79_drains_origin_and_restarts_from_newest_valid_checkpoint(prefect_s
     assert drained.state is NodeState.DRAINED and "triage" in drained.reason
     assert "GPUFallenOff" in drained.reason and job.job_id in drained.reason
 
-    text = report(result.report_key)
+    text = report(result)
     assert "**GPUFallenOff**" in text
     assert f"step {found[-2].step}" in text
     assert f"new job **{new.job_id}**" in text
@@ -86,7 +89,7 @@ def test_dry_run_changes_nothing(prefect_server, sim) -> None:
     assert result.new_job_id is None and result.drained == []
     assert len(scheduler.jobs()) == before
     assert all(n.state is not NodeState.DRAINED for n in scheduler.nodes())
-    assert "DRY RUN" in report(result.report_key)
+    assert "DRY RUN" in report(result)
 
 
 def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) -> None:
@@ -100,5 +103,5 @@ def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) 
     result = triage(TriageRequest(job_id=job.job_id))
     assert result.category == "ScriptError"
     assert result.new_job_id is None
-    text = report(result.report_key)
+    text = report(result)
     assert "notify owner | alice" in text and "KeyError" in text

@@ -146,7 +146,7 @@ def _case_fold_letters(text: str) -> str:
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isascii() and c.isalpha() else c for c in text)
 
 
-def python_regex_to_ere(pattern: str) -> str:
+def python_regex_to_ere(pattern: str) -> str:  # noqa: PLR0915 - one small tokenizer
     """Translate the regex subset used by the catalogue into a GNU grep ERE.
 
     Lookarounds are dropped (the ERE then matches a superset, which only makes grep work
@@ -160,7 +160,6 @@ def python_regex_to_ere(pattern: str) -> str:
         pattern = pattern[inline_flags.end() :]
     out: list[str] = []
     i = 0
-    in_class = False
     fold_depth: list[bool] = []  # per open group: whether it is a scoped (?i:...) group
     while i < len(pattern):
         c = pattern[i]
@@ -168,29 +167,17 @@ def python_regex_to_ere(pattern: str) -> str:
         if c == "\\" and i + 1 < len(pattern):
             nxt = pattern[i + 1]
             if nxt in _ERE_CLASS:
-                out.append(_ERE_CLASS[nxt][1:-1] if in_class else _ERE_CLASS[nxt])
+                out.append(_ERE_CLASS[nxt])
             elif nxt.isalpha() and fold and nxt not in "swbSWB":
                 out.append(_case_fold_letters(nxt))
             else:
                 out.append(c + nxt)
             i += 2
             continue
-        if in_class:
-            if c == "]":
-                in_class = False
-            if fold and c.isascii() and c.isalpha():
-                out.append(c.lower() + c.upper())
-            else:
-                out.append(c)
-            i += 1
-            continue
         if c == "[":
-            in_class = True
-            out.append(c)
-            if pattern[i + 1 : i + 2] == "^":
-                out.append("^")
-                i += 1
-            i += 1
+            end = _class_end(pattern, i)
+            out.append(_convert_class(pattern[i + 1 : end], fold))
+            i = end + 1
             continue
         if c == "(" and pattern.startswith("(?", i):
             lookaround = re.match(r"\(\?(?:<?[=!])", pattern[i:])
@@ -224,6 +211,61 @@ def python_regex_to_ere(pattern: str) -> str:
             out.append(c)
         i += 1
     return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    i = start + 1
+    if pattern[i : i + 1] == "^":
+        i += 1
+    if pattern[i : i + 1] == "]":
+        i += 1
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern[i] == "]":
+            return i
+        i += 1
+    raise ValueError(f"unterminated character class in {pattern!r}")
+
+
+_CLASS_ESCAPES = {"d": "0-9", "w": "[:alnum:]_", "s": "[:space:]"}
+
+
+def _convert_class(body: str, fold: bool) -> str:
+    negate = body.startswith("^")
+    if negate:
+        body = body[1:]
+    items: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in _CLASS_ESCAPES:
+                items.append(_CLASS_ESCAPES[nxt])
+            elif nxt.isalpha():
+                raise ValueError(f"no ERE equivalent of \\{nxt} inside a bracket: give `ere`")
+            else:
+                items.append(nxt)
+            i += 2
+            continue
+        if i + 2 < len(body) and body[i + 1] == "-" and body[i + 2] != "\\":
+            low, high = c, body[i + 2]
+            items.append(f"{low}-{high}")
+            if fold and low.isalpha() and high.isalpha():
+                items.append(f"{low.swapcase()}-{high.swapcase()}")
+            i += 3
+            continue
+        items.append(c)
+        if fold and c.isalpha():
+            items.append(c.swapcase())
+        i += 1
+    # POSIX brackets have no escapes: "]" must come first and "-" last to be literal.
+    literal_close = "]" if "]" in items else ""
+    literal_dash = "-" if "-" in items else ""
+    rest = "".join(x for x in items if x not in ("]", "-"))
+    return "[" + ("^" if negate else "") + literal_close + rest + literal_dash + "]"
 
 
 def _skip_group(pattern: str, start: int) -> int:

@@ -16,6 +16,7 @@ from trainmedic.diagnosis.llm import llm_config_from_env
 from trainmedic.diagnosis.sources import LogSource
 from trainmedic.errors import TrainmedicError
 from trainmedic.models import Diagnosis, GpuTelemetry
+from trainmedic.telemetry import fetch_gpu_telemetry
 
 __all__ = ["add_parser", "diagnosis_to_json", "format_report", "run"]
 
@@ -40,7 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def run(
+    args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
@@ -49,8 +52,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
         sources = [LogSource.from_path(path) for path in args.logfiles]
         telemetry: list[GpuTelemetry] = []
         if getattr(args, "telemetry", None):
-            from trainmedic.telemetry import fetch_gpu_telemetry
-
             telemetry = fetch_gpu_telemetry(args.telemetry)
         diagnosis = diagnose(
             sources,

@@ -38,6 +38,19 @@ XID_ECC = frozenset({48, 63, 64, 92, 94, 95, 140})
 XID_NVLINK = frozenset({74, 144, 145, 146, 147, 148, 149, 150})
 HOT_GPU_C = 90.0
 
+# What a fault typically drags along on the same or other ranks: these do not count as
+# rival explanations when judging how sure the diagnosis is.
+_GPU_FAULT_FALLOUT = frozenset({Category.CUDAError, Category.NCCLError, Category.NetworkError})
+CONSEQUENCES: dict[Category, frozenset[Category]] = {
+    Category.GPUFallenOff: _GPU_FAULT_FALLOUT,
+    Category.ECCError: _GPU_FAULT_FALLOUT,
+    Category.NVLinkError: _GPU_FAULT_FALLOUT,
+    Category.NodeFailure: frozenset({Category.NCCLError, Category.NetworkError}),
+    Category.NetworkError: frozenset({Category.NCCLError, Category.CUDAError}),
+    Category.HostOOM: frozenset({Category.DataloaderKilled}),
+    Category.DataloaderKilled: frozenset({Category.HostOOM, Category.CUDAError}),
+}
+
 
 def _synthetic(sig_id: str, category: Category, weight: float, role: Role = Role.cause):
     return Signature(
@@ -186,7 +199,8 @@ def _telemetry_hits(telemetry: Sequence[GpuTelemetry]) -> list[Hit]:
     hits = []
     for gpu in telemetry:
         readings = (
-            f"{gpu.host} GPU {gpu.gpu}: xid_last={gpu.xid_last} ecc_dbe_total={gpu.ecc_dbe_total:g} "
+            f"{gpu.host} GPU {gpu.gpu}: xid_last={gpu.xid_last} "
+            f"ecc_dbe_total={gpu.ecc_dbe_total:g} "
             f"nvlink_errors_total={gpu.nvlink_errors_total:g} temperature_c={gpu.temperature_c}"
         )
         signatures = []
@@ -256,7 +270,21 @@ def _confidence(
     if winner.category is Category.Hang and heartbeat_age_s is not None:
         overdue = heartbeat_age_s / max(hang_after_s, 1.0) - 1.0
         return min(0.8, 0.4 + 0.4 * min(1.0, overdue))
-    rival = max((c.score for c in candidates if c is not winner and not c.is_symptom), default=0)
+    # A rival only counts on lines of its own: "CUDA error: uncorrectable ECC error" is one
+    # fact matched by two signatures, not two competing explanations.
+    explained = {(h.source_index, h.line) for h in winner.hits}
+    rival = max(
+        (
+            _score(h)
+            for c in candidates
+            if c is not winner
+            and not c.is_symptom
+            and c.category not in CONSEQUENCES.get(winner.category, frozenset())
+            for h in c.hits
+            if (h.source_index, h.line) not in explained
+        ),
+        default=0.0,
+    )
     confidence = winner.score - 0.5 * rival
     files = {h.source_index for h in winner.hits if h.file != "telemetry"}
     confidence += min(0.1, 0.03 * (len(files) - 1))

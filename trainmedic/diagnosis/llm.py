@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -115,7 +116,9 @@ def classify_with_llm(
             response.raise_for_status()
             body = response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        log.warning("LLM fallback unavailable: %s", _redact(f"{type(exc).__name__}: {exc}", config.api_key))
+        log.warning(
+            "LLM fallback unavailable: %s", _redact(f"{type(exc).__name__}: {exc}", config.api_key)
+        )
         return None
     return parse_llm_reply(body)
 
@@ -147,7 +150,7 @@ def parse_llm_reply(body: object) -> LlmAnswer | None:
         confidence = float(answer.get("confidence", 0.3))
     except (TypeError, ValueError):
         confidence = 0.3
-    if confidence != confidence:  # NaN
+    if math.isnan(confidence):
         confidence = 0.3
     host = answer.get("root_cause_host")
     host_text = str(host)[:128] if isinstance(host, str | int) and str(host).strip() else None

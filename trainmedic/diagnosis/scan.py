@@ -25,7 +25,7 @@ KEEP_LAST = 3
 TAIL_LINES = 40
 MAX_LINE = 4 << 20  # a "line" longer than this is cut: a log without newlines stays bounded
 MAX_EVIDENCE_TEXT = 400
-FULL_LOSS_BLOCKS = 4  # first and last blocks of a source: every loss value is read
+FULL_LOSS_BLOCKS = 2  # the last blocks of a source: every loss value is read
 LOSS_SAMPLE_BYTES = 32 << 10  # other blocks: only their first 32 KiB
 LOSS_SAMPLE_POINTS = 16
 
@@ -159,15 +159,12 @@ class _Scanner:
     def _collect_loss(self, body: bytes, first_line: int) -> None:
         if b"loss" not in body:
             points: list[LossPoint] = []
-        elif self.block_no < FULL_LOSS_BLOCKS:
-            points = list(extract_losses(body, first_line))
         else:
             window = body[:LOSS_SAMPLE_BYTES]
             window = window[: window.rfind(b"\n") + 1]
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
         self.loss_blocks.append(points)
-        if self.block_no >= FULL_LOSS_BLOCKS:
-            self.recent.append((first_line, body, points))
+        self.recent.append((first_line, body, points))
 
     def _finish_loss(self) -> None:
         # The last blocks were only sampled: read all their values now.

@@ -116,12 +116,12 @@ class LogSource:
             consumed = True
             yield from _checked_blocks(stream, name)
 
-        return cls(name=name, open_blocks=blocks, host=host, rank=rank)
+        return cls(name=name, open_blocks=blocks, **_placed(name, host, rank))
 
     @classmethod
     def from_text(cls, name: str, text: str, *, host: str | None = None, rank: int | None = None):
         data = text.encode("utf-8", "surrogateescape")
-        return cls(name=name, open_blocks=lambda: iter((data,)), host=host, rank=rank)
+        return cls(name=name, open_blocks=lambda: iter((data,)), **_placed(name, host, rank))
 
     @classmethod
     def from_lines(
@@ -147,7 +147,15 @@ class LogSource:
             if pending:
                 yield b"".join(pending)
 
-        return cls(name=name, open_blocks=blocks, host=host, rank=rank)
+        return cls(name=name, open_blocks=blocks, **_placed(name, host, rank))
+
+
+def _placed(name: str, host: str | None, rank: int | None) -> dict[str, str | int | None]:
+    guessed_host, guessed_rank = host_and_rank_from_name(name)
+    return {
+        "host": host if host is not None else guessed_host,
+        "rank": rank if rank is not None else guessed_rank,
+    }
 
 
 def _checked_blocks(handle: BinaryIO, name: str) -> Iterator[bytes]:
