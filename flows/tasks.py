@@ -39,15 +39,25 @@ def _transient(exc_types: tuple[type[BaseException], ...]):  # type: ignore[no-u
     return condition
 
 
-@task(name="load-job", retries=2, retry_delay_seconds=[1, 3], cache_policy=NO_CACHE,
-      retry_condition_fn=_transient((SchedulerError, OSError)))
+@task(
+    name="load-job",
+    retries=2,
+    retry_delay_seconds=[1, 3],
+    cache_policy=NO_CACHE,
+    retry_condition_fn=_transient((SchedulerError, OSError)),
+)
 def load_job(job_id: str) -> JobInfo:
     """The scheduler's record of the job: state, nodes, log and checkpoint locations."""
     return get_scheduler().job(job_id)
 
 
-@task(name="fetch-job-logs", retries=3, retry_delay_seconds=[1, 2, 4], cache_policy=NO_CACHE,
-      retry_condition_fn=_transient((OSError,)))
+@task(
+    name="fetch-job-logs",
+    retries=3,
+    retry_delay_seconds=[1, 2, 4],
+    cache_policy=NO_CACHE,
+    retry_condition_fn=_transient((OSError,)),
+)
 def fetch_job_logs(job: JobInfo) -> list[str]:
     """Every rank's stdout/stderr of the job (paths on the shared filesystem)."""
     log_dir = Path(job.log_dir)
@@ -66,8 +76,13 @@ def collect_node_diagnostics(nodes: list[str], dry_run: bool) -> PlaybookResult:
     return result
 
 
-@task(name="fetch-telemetry", retries=3, retry_delay_seconds=[1, 2, 4], cache_policy=NO_CACHE,
-      retry_condition_fn=_transient((TelemetryError,)))
+@task(
+    name="fetch-telemetry",
+    retries=3,
+    retry_delay_seconds=[1, 2, 4],
+    cache_policy=NO_CACHE,
+    retry_condition_fn=_transient((TelemetryError,)),
+)
 def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
     """DCGM metrics of the job's nodes from the telemetry endpoint (empty when none is set)."""
     settings = get_settings()
@@ -89,8 +104,12 @@ def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
         return ActionRecord(what="drain", target=node, outcome="dry run: not drained")
     changed = get_scheduler().drain(node, reason)
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
-    return ActionRecord(what="drain", target=node, changed=changed,
-                        outcome=f"drained: {reason}" if changed else "already drained")
+    return ActionRecord(
+        what="drain",
+        target=node,
+        changed=changed,
+        outcome=f"drained: {reason}" if changed else "already drained",
+    )
 
 
 @task(name="choose-checkpoint", cache_policy=NO_CACHE)
@@ -107,7 +126,10 @@ def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoin
 
 @task(name="resubmit-job", cache_policy=NO_CACHE)
 def resubmit_job(
-    job: JobInfo, checkpoint: Checkpoint, exclude: list[str], changes: dict[str, object],
+    job: JobInfo,
+    checkpoint: Checkpoint,
+    exclude: list[str],
+    changes: dict[str, object],
     dry_run: bool,
 ) -> JobInfo | None:
     """Resubmit from ``checkpoint`` excluding ``exclude``; at most once per failed job."""
@@ -116,12 +138,19 @@ def resubmit_job(
     # A replayed event or a rerun of this flow must not start a second copy of the job.
     existing = [j for j in scheduler.jobs() if j.resubmission_of == job.job_id]
     if existing:
-        logger.warning("job %s was already resubmitted as %s: not resubmitting again",
-                       job.job_id, existing[0].job_id)
+        logger.warning(
+            "job %s was already resubmitted as %s: not resubmitting again",
+            job.job_id,
+            existing[0].job_id,
+        )
         return existing[0]
     if dry_run:
-        logger.info("dry run: would resubmit %s from step %d excluding %s",
-                    job.job_id, checkpoint.step, exclude)
+        logger.info(
+            "dry run: would resubmit %s from step %d excluding %s",
+            job.job_id,
+            checkpoint.step,
+            exclude,
+        )
         return None
     new = scheduler.resubmit(
         job.job_id, resume_from_step=checkpoint.step, exclude=tuple(exclude), **changes

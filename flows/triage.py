@@ -1,8 +1,8 @@
 """Runbook `triage`: a job failed — find out why and where, act, and restart it.
 
-    load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
-             → classify → plan → drain the origin node → restart from the newest valid
-             checkpoint → verify it trains again → Markdown report
+load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
+         → classify → plan → drain the origin node → restart from the newest valid
+         checkpoint → verify it trains again → Markdown report
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ class TriageRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job_id: JobId = Field(description="scheduler job id of the failed job")
-    event: str = Field(default="manual", pattern=r"^[a-z_.]{1,40}$",
-                       description="what started this run, e.g. job.failed")
+    event: str = Field(
+        default="manual",
+        pattern=r"^[a-z_.]{1,40}$",
+        description="what started this run, e.g. job.failed",
+    )
     dry_run: bool = Field(default=False, description="diagnose and plan, change nothing")
     restart: bool = Field(default=True, description="resubmit the job when the plan says so")
 
@@ -56,7 +59,9 @@ class TriageResult(BaseModel):
 
 @task(name="classify-failure", cache_policy=NO_CACHE)
 def classify_failure(
-    job: JobInfo, log_files: list[str], diagnostics: PlaybookResult | None,
+    job: JobInfo,
+    log_files: list[str],
+    diagnostics: PlaybookResult | None,
     telemetry: list[GpuTelemetry],
 ) -> Diagnosis:
     """Rank the evidence of every rank's logs, the nodes' kernel logs and the telemetry."""
@@ -68,8 +73,12 @@ def classify_failure(
             if lines:
                 sources.append(LogSource.from_lines(f"{host}:kernel", lines, host=host))
     diagnosis = diagnose(sources, telemetry=telemetry, exit_code=job.exit_code)
-    get_run_logger().info("diagnosis: %s on %s (confidence %.2f)", diagnosis.category,
-                          diagnosis.root_cause_host or "unknown host", diagnosis.confidence)
+    get_run_logger().info(
+        "diagnosis: %s on %s (confidence %.2f)",
+        diagnosis.category,
+        diagnosis.root_cause_host or "unknown host",
+        diagnosis.confidence,
+    )
     return diagnosis
 
 
@@ -78,8 +87,9 @@ def triage(request: TriageRequest) -> TriageResult:
     settings = get_settings()
     logger = get_run_logger()
     job = load_job(request.job_id)
-    logger.info("triage of job %s (%s): %s on %s", job.job_id, request.event, job.state,
-                ",".join(job.nodes))
+    logger.info(
+        "triage of job %s (%s): %s on %s", job.job_id, request.event, job.state, ",".join(job.nodes)
+    )
 
     log_files = fetch_job_logs(job)
     diagnostics = collect_node_diagnostics(list(job.nodes), request.dry_run) if job.nodes else None
@@ -90,8 +100,11 @@ def triage(request: TriageRequest) -> TriageResult:
     history = scheduler.jobs()
     drained = [n.name for n in scheduler.nodes() if n.state == "DRAINED"]
     plan = plan_remediation(
-        diagnosis, job, attempts=attempts_so_far(job, history),
-        retry_budget=settings.retry_budget, drained=drained,
+        diagnosis,
+        job,
+        attempts=attempts_so_far(job, history),
+        retry_budget=settings.retry_budget,
+        drained=drained,
     )
 
     actions: list[ActionRecord] = []
@@ -104,37 +117,60 @@ def triage(request: TriageRequest) -> TriageResult:
     new_job: JobInfo | None = None
     if plan.restart and request.restart:
         checkpoint = choose_checkpoint(job)
-        new_job = resubmit_job(job, checkpoint, list(plan.exclude), dict(plan.spec_changes),
-                               request.dry_run)
+        new_job = resubmit_job(
+            job, checkpoint, list(plan.exclude), dict(plan.spec_changes), request.dry_run
+        )
         if new_job is not None:
-            actions.append(ActionRecord(
-                what="resubmit", target=f"job {job.job_id}", changed=True,
-                outcome=f"job {new_job.job_id} from step {checkpoint.step}",
-            ))
+            actions.append(
+                ActionRecord(
+                    what="resubmit",
+                    target=f"job {job.job_id}",
+                    changed=True,
+                    outcome=f"job {new_job.job_id} from step {checkpoint.step}",
+                )
+            )
             if not request.dry_run:
                 new_job = verify_restart(new_job, checkpoint.step)
-                actions.append(ActionRecord(what="verify", target=f"job {new_job.job_id}",
-                                            outcome="heartbeat advancing past the checkpoint"))
+                actions.append(
+                    ActionRecord(
+                        what="verify",
+                        target=f"job {new_job.job_id}",
+                        outcome="heartbeat advancing past the checkpoint",
+                    )
+                )
     if plan.notify_owner:
-        actions.append(ActionRecord(what="notify owner", target=job.spec.owner,
-                                    outcome="traceback sent; not retried"))
+        actions.append(
+            ActionRecord(
+                what="notify owner", target=job.spec.owner, outcome="traceback sent; not retried"
+            )
+        )
     if plan.page_oncall:
-        actions.append(ActionRecord(what="page on-call", target="on-call",
-                                    outcome="human decision needed"))
+        actions.append(
+            ActionRecord(what="page on-call", target="on-call", outcome="human decision needed")
+        )
 
     key = f"triage-{job.job_id}"
     report_id = create_markdown_artifact(
         key=key,
-        markdown=triage_report(job=job, diagnosis=diagnosis, plan=plan, actions=actions,
-                               checkpoint=checkpoint, new_job=new_job, diagnostics=diagnostics,
-                               dry_run=request.dry_run),
+        markdown=triage_report(
+            job=job,
+            diagnosis=diagnosis,
+            plan=plan,
+            actions=actions,
+            checkpoint=checkpoint,
+            new_job=new_job,
+            diagnostics=diagnostics,
+            dry_run=request.dry_run,
+        ),
         description=f"Triage of job {job.job_id}: {diagnosis.category}",
     )
     return TriageResult(
-        job_id=job.job_id, category=str(diagnosis.category),
+        job_id=job.job_id,
+        category=str(diagnosis.category),
         root_cause_host=diagnosis.root_cause_host,
         drained=[a.target for a in actions if a.what == "drain" and a.changed],
         checkpoint_step=checkpoint.step if checkpoint else None,
-        new_job_id=new_job.job_id if new_job else None, report_key=key,
+        new_job_id=new_job.job_id if new_job else None,
+        report_key=key,
         report_id=str(report_id),
     )

@@ -12,8 +12,11 @@ def test_diagnostics_playbook_collects_findings_and_reports_unreachable(sim) -> 
     cluster.inject("node002", "xid79", gpu=1)
     cluster.inject("node003", "down")
     result = run_playbook("collect_node_diagnostics.yml", ["node001", "node002", "node003"])
-    assert result.hosts == {"node001": HostOutcome.ok, "node002": HostOutcome.ok,
-                            "node003": HostOutcome.unreachable}
+    assert result.hosts == {
+        "node001": HostOutcome.ok,
+        "node002": HostOutcome.ok,
+        "node003": HostOutcome.unreachable,
+    }
     lost = result.facts["node002"]["trainmedic_diagnostics"]
     assert lost["nvidia_smi_rc"] == 15
     assert any(": 79," in line for line in lost["xid_lines"])
@@ -36,8 +39,11 @@ def test_targets_must_be_inventory_hostnames(sim, target: str) -> None:
 
 def test_extravars_are_restricted(sim) -> None:
     with pytest.raises(InputError):
-        run_playbook("collect_node_diagnostics.yml", ["node001"],
-                     {"trainmedic_reason": "{{ lookup('pipe', 'id') }}"})
+        run_playbook(
+            "collect_node_diagnostics.yml",
+            ["node001"],
+            {"trainmedic_reason": "{{ lookup('pipe', 'id') }}"},
+        )
     with pytest.raises(InputError, match="extravars"):
         run_playbook("collect_node_diagnostics.yml", ["node001"], {"ansible_become": True})
 

@@ -7,16 +7,23 @@ from trainmedic import checkpoints
 from trainmedic.errors import CheckpointError
 
 
-def make_checkpoint(root: Path, step: int, *, batch: int | None = None, manifest: bool = True,
-                    loss: float = 2.0) -> Path:
+def make_checkpoint(
+    root: Path, step: int, *, batch: int | None = None, manifest: bool = True, loss: float = 2.0
+) -> Path:
     path = root / checkpoints.checkpoint_dirname(step)
     path.mkdir(parents=True)
     (path / "model.pt").write_bytes(b"weights-%d" % step * 100)
     if manifest:
-        (path / checkpoints.MANIFEST).write_text(json.dumps({
-            "step": step, "batch": step if batch is None else batch, "loss": loss,
-            "files": {"model.pt": checkpoints.sha256_file(path / "model.pt")},
-        }))
+        (path / checkpoints.MANIFEST).write_text(
+            json.dumps(
+                {
+                    "step": step,
+                    "batch": step if batch is None else batch,
+                    "loss": loss,
+                    "files": {"model.pt": checkpoints.sha256_file(path / "model.pt")},
+                }
+            )
+        )
     return path
 
 

@@ -18,9 +18,15 @@ def test_prefect_event_shape_and_stable_id() -> None:
     assert to_prefect_event(event)["id"] == body["id"]
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("job_id", "12; rm"), ("kind", "job.exploded"), ("nodes", ["NODE 1"]), ("exit_code", 999),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("job_id", "12; rm"),
+        ("kind", "job.exploded"),
+        ("nodes", ["NODE 1"]),
+        ("exit_code", 999),
+    ],
+)
 def test_malformed_events_are_rejected_naming_the_field(field: str, value: object) -> None:
     data = {"kind": "job.failed", "job_id": "1", field: value}
     with pytest.raises(ValidationError) as info:

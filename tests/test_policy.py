@@ -7,16 +7,28 @@ from trainmedic.taxonomy import Action, Category, layer_of, remediation_for
 
 def job(job_id: str = "1001", nodes=("node001", "node002", "node003"), prev=None) -> JobInfo:
     return JobInfo(
-        job_id=job_id, name="gpt", state=JobState.FAILED, nodes=nodes, exit_code=1,
-        log_dir="/x/logs", checkpoint_dir="/x/ckpt", heartbeat_path="/x/hb",
+        job_id=job_id,
+        name="gpt",
+        state=JobState.FAILED,
+        nodes=nodes,
+        exit_code=1,
+        log_dir="/x/logs",
+        checkpoint_dir="/x/ckpt",
+        heartbeat_path="/x/hb",
         spec=JobSpec(name="gpt", nodes=len(nodes), gpus_per_node=4),
-        submitted_at=datetime.now(UTC), resubmission_of=prev,
+        submitted_at=datetime.now(UTC),
+        resubmission_of=prev,
     )
 
 
 def diagnosis(category: Category, host: str | None = None) -> Diagnosis:
-    return Diagnosis(category=category, layer=layer_of(category), root_cause_host=host,
-                     confidence=0.9, remediation=remediation_for(category))
+    return Diagnosis(
+        category=category,
+        layer=layer_of(category),
+        root_cause_host=host,
+        confidence=0.9,
+        remediation=remediation_for(category),
+    )
 
 
 def test_origin_node_from_hostname_or_rank() -> None:
@@ -54,8 +66,9 @@ def test_dataloader_killed_restarts_with_num_workers_zero_and_gc() -> None:
 def test_retry_budget_pages_instead_of_requeuing() -> None:
     history = [job("1"), job("2", prev="1"), job("3", prev="2"), job("4", prev="3")]
     assert attempts_so_far(history[-1], history) == 3
-    plan = plan_remediation(diagnosis(Category.GPUFallenOff, "node001"), history[-1],
-                            attempts=3, retry_budget=3)
+    plan = plan_remediation(
+        diagnosis(Category.GPUFallenOff, "node001"), history[-1], attempts=3, retry_budget=3
+    )
     assert not plan.restart and plan.page_oncall
     assert any("budget" in r for r in plan.reasons)
 

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
+from helpers import wait_finished, wait_step
 
 from trainmedic import checkpoints
 from trainmedic.errors import InputError, JobNotFound
-from helpers import wait_finished, wait_step
 from trainmedic.models import JobSpec, JobState, NodeState
 
 
@@ -49,8 +49,7 @@ def test_resubmit_resumes_from_checkpoint_and_skips_batches(sim) -> None:
     _, scheduler = sim
     first = scheduler.submit(JobSpec(name="resume", nodes=1, steps=30, checkpoint_every=10))
     wait_finished(scheduler, first.job_id)
-    second = scheduler.resubmit(first.job_id, resume_from_step=20, skip_batches=(21, 25),
-                                steps=40)
+    second = scheduler.resubmit(first.job_id, resume_from_step=20, skip_batches=(21, 25), steps=40)
     done = wait_finished(scheduler, second.job_id)
     assert done.resubmission_of == first.job_id
     out = (Path(done.log_dir) / "rank-00000.node001.out").read_text()

@@ -9,10 +9,13 @@ from trainmedic.errors import InputError
 from trainmedic.sim.cluster import NodeFault, SimCluster
 
 
-def run(cluster: SimCluster, node: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess:
+def run(
+    cluster: SimCluster, node: str, *argv: str, timeout: float = 10
+) -> subprocess.CompletedProcess:
     binary = cluster.nodes_dir / node / "bin" / argv[0]
-    return subprocess.run([str(binary), *argv[1:]], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [str(binary), *argv[1:]], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture
@@ -30,8 +33,13 @@ def test_create_writes_inventory_with_every_node(cluster: SimCluster, tmp_path: 
 
 
 def test_healthy_nvidia_smi_query(cluster: SimCluster) -> None:
-    done = run(cluster, "node001", "nvidia-smi", "--query-gpu=index,temperature.gpu",
-               "--format=csv,noheader")
+    done = run(
+        cluster,
+        "node001",
+        "nvidia-smi",
+        "--query-gpu=index,temperature.gpu",
+        "--format=csv,noheader",
+    )
     assert done.returncode == 0
     assert done.stdout.splitlines() == ["0, 41", "1, 42"]
 
@@ -47,15 +55,21 @@ def test_xid79_loses_the_gpu(cluster: SimCluster) -> None:
 
 def test_ecc_shows_in_query_and_kernel_log(cluster: SimCluster) -> None:
     cluster.inject("node003", NodeFault.ecc)
-    done = run(cluster, "node003", "nvidia-smi",
-               "--query-gpu=index,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader")
+    done = run(
+        cluster,
+        "node003",
+        "nvidia-smi",
+        "--query-gpu=index,ecc.errors.uncorrected.volatile.total",
+        "--format=csv,noheader",
+    )
     assert done.stdout.splitlines()[0] == "0, 2"
     assert ": 48," in run(cluster, "node003", "dmesg").stdout
 
 
 def test_allgather_reports_busbw_like_nccl_tests(cluster: SimCluster) -> None:
-    healthy = run(cluster, "node001", "all_gather_perf", "-b", "1G", "-e", "1G",
-                  "--hosts", "node001,node002")
+    healthy = run(
+        cluster, "node001", "all_gather_perf", "-b", "1G", "-e", "1G", "--hosts", "node001,node002"
+    )
     assert healthy.returncode == 0
     assert "# Avg bus bandwidth    : " in healthy.stdout
     busbw = float(healthy.stdout.split("Avg bus bandwidth    :")[1].split()[0])
@@ -89,9 +103,14 @@ def test_repair_returns_node_to_healthy(cluster: SimCluster) -> None:
     assert cluster.status("node001").fault is NodeFault.healthy
 
 
-@pytest.mark.parametrize(("node", "fault", "field"), [
-    ("node999", "ecc", "node"), ("node001", "melted", "fault"), ("node001;id", "ecc", "node"),
-])
+@pytest.mark.parametrize(
+    ("node", "fault", "field"),
+    [
+        ("node999", "ecc", "node"),
+        ("node001", "melted", "fault"),
+        ("node001;id", "ecc", "node"),
+    ],
+)
 def test_inject_rejects_bad_input(cluster: SimCluster, node: str, fault: str, field: str) -> None:
     with pytest.raises(InputError) as info:
         cluster.inject(node, fault)

@@ -49,4 +49,6 @@ def test_http_error_status_is_a_telemetry_error() -> None:
 def test_parser_rejects_garbage_with_line_number() -> None:
     with pytest.raises(TelemetryError, match="line 2"):
         parse_prometheus_text("# ok\n{{{ not a sample\n")
-    assert parse_prometheus_text('m{a="b \\"q\\""} 1.5 1700000000\n') == [("m", {"a": 'b \\"q\\"'}, 1.5)]
+    assert parse_prometheus_text('m{a="b \\"q\\""} 1.5 1700000000\n') == [
+        ("m", {"a": 'b \\"q\\"'}, 1.5)
+    ]

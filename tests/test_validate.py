@@ -3,8 +3,18 @@ import pytest
 from trainmedic import validate
 from trainmedic.errors import InputError
 
-INJECTIONS = ["node001;rm -rf /", "node001 && reboot", "$(reboot)", "`id`", "node001\nnode002",
-              "NODE001", "-oProxyCommand=x", "node001'", "{{ lookup('pipe','id') }}", ""]
+INJECTIONS = [
+    "node001;rm -rf /",
+    "node001 && reboot",
+    "$(reboot)",
+    "`id`",
+    "node001\nnode002",
+    "NODE001",
+    "-oProxyCommand=x",
+    "node001'",
+    "{{ lookup('pipe','id') }}",
+    "",
+]
 
 
 @pytest.mark.parametrize("bad", INJECTIONS)

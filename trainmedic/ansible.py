@@ -36,7 +36,9 @@ class Inventory:
     def hosts(self) -> set[str]:
         files = [self.path] if self.path.is_file() else sorted(self.path.glob("*.y*ml"))
         if not files:
-            raise ConfigError(f"inventory {self.path}: no hosts file (run `trainmedic sim create`?)")
+            raise ConfigError(
+                f"inventory {self.path}: no hosts file (run `trainmedic sim create`?)"
+            )
         names: set[str] = set()
         for file in files:
             try:
@@ -80,7 +82,8 @@ def _safe_extravars(extravars: Mapping[str, object]) -> dict[str, object]:
                     isinstance(item, str) and not validate.SAFE_TEXT_RE.match(item)
                 ):
                     raise InputError(key, item, "not allowed in playbook vars")
-            value = list(value)
+            safe[key] = list(value)
+            continue
         elif not isinstance(value, SAFE_VAR_TYPES):
             raise InputError(key, value, f"type {type(value).__name__} not allowed")
         safe[key] = value
@@ -151,7 +154,9 @@ def run_playbook(
         else:
             outcomes[host] = HostOutcome.skipped
     if runner.status == "timeout":
-        raise PlaybookError(f"{playbook}: timed out after {timeout_s or settings.playbook_timeout_s} s")
+        raise PlaybookError(
+            f"{playbook}: timed out after {timeout_s or settings.playbook_timeout_s} s"
+        )
     if not stats and runner.rc != 0:
         stdout = (private / "artifacts").rglob("stdout")
         tail = "".join(p.read_text()[-2000:] for p in stdout)

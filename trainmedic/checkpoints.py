@@ -62,7 +62,10 @@ def verify(path: Path) -> Checkpoint:
     if not manifest.get("files"):
         return Checkpoint(step=step, path=str(path), valid=False, problem="manifest lists no files")
     return Checkpoint(
-        step=step, path=str(path), valid=True, loss=manifest.get("loss"),
+        step=step,
+        path=str(path),
+        valid=True,
+        loss=manifest.get("loss"),
         batch=manifest.get("batch", step),
     )
 
@@ -75,7 +78,9 @@ def scan(checkpoint_dir: Path) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.step)
 
 
-def newest_valid(checkpoints: Sequence[Checkpoint], *, before_step: int | None = None) -> Checkpoint:
+def newest_valid(
+    checkpoints: Sequence[Checkpoint], *, before_step: int | None = None
+) -> Checkpoint:
     """The newest valid checkpoint, optionally strictly before ``before_step``."""
     candidates = [
         c for c in checkpoints if c.valid and (before_step is None or c.step < before_step)

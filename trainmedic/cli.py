@@ -76,8 +76,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     settings = get_settings()
     cluster = SimCluster(settings.sim_home)
     if args.sim_command == "create":
-        hosts = cluster.create(args.nodes, gpus_per_node=args.gpus_per_node,
-                               inventory_dir=settings.inventory)
+        hosts = cluster.create(
+            args.nodes, gpus_per_node=args.gpus_per_node, inventory_dir=settings.inventory
+        )
         (settings.sim_home / "scheduler.json").unlink(missing_ok=True)
         print(f"created {args.nodes} simulated nodes; inventory {hosts}")
         return 0
@@ -90,8 +91,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         return 0
     scheduler = SimScheduler(settings.sim_home)
     if args.sim_command == "submit":
-        job = scheduler.submit(JobSpec(name=args.name, nodes=args.nodes, steps=args.steps,
-                                       checkpoint_every=args.checkpoint_every))
+        job = scheduler.submit(
+            JobSpec(
+                name=args.name,
+                nodes=args.nodes,
+                steps=args.steps,
+                checkpoint_every=args.checkpoint_every,
+            )
+        )
         print(job.job_id if not args.json else job.model_dump_json(indent=2))
         return 0
     if args.sim_command == "job-fault":
@@ -143,14 +150,18 @@ def cmd_triage(args: argparse.Namespace) -> int:
         return 0
     from prefect.deployments import run_deployment
 
-    run = run_deployment("triage/triage", parameters={"request": request.model_dump()},
-                         timeout=0)
+    run = run_deployment("triage/triage", parameters={"request": request.model_dump()}, timeout=0)
     print(f"started {run.name}: {_ui_link(run.id)}", file=sys.stderr)
     final = _wait_for_run(run.id, quiet=args.json)
     ok = final.state.is_completed()  # type: ignore[attr-defined]
     if args.json:
-        _print_json({"flow_run_id": str(run.id), "state": final.state.name,  # type: ignore[attr-defined]
-                     "url": _ui_link(run.id)})
+        _print_json(
+            {
+                "flow_run_id": str(run.id),
+                "state": final.state.name,  # type: ignore[attr-defined]
+                "url": _ui_link(run.id),
+            }
+        )
     return 0 if ok else 1
 
 
@@ -163,7 +174,7 @@ def _ui_link(flow_run_id: object) -> str:
 def cmd_demo(args: argparse.Namespace) -> int:
     from trainmedic.demo import run_demo
 
-    return run_demo(nodes=args.nodes, fault=args.fault, keep_running=args.keep_running)
+    return run_demo(nodes=args.nodes, fault=args.fault, stop=args.stop)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -175,8 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str,
-            ) -> argparse.ArgumentParser:
+    def add(
+        name: str,
+        handler: Callable[[argparse.Namespace], int],
+        help_text: str,
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(handler=handler)
         return p
@@ -188,14 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add("demo", cmd_demo, "end-to-end demo: sim cluster, Xid 79 on one node, triage")
     demo.add_argument("--nodes", type=int, default=16)
     demo.add_argument("--fault", default="xid79")
-    demo.add_argument("--keep-running", action="store_true",
-                      help="leave the server up afterwards to explore the UI")
+    demo.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the server afterwards (default: leave it up to explore the UI)",
+    )
 
     triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
     triage.add_argument("job_id")
     triage.add_argument("--dry-run", action="store_true", help="diagnose and plan only")
-    triage.add_argument("--local", action="store_true",
-                        help="run the flow in this process instead of on the worker")
+    triage.add_argument(
+        "--local", action="store_true", help="run the flow in this process instead of on the worker"
+    )
     triage.add_argument("--json", action="store_true")
 
     sim = add("sim", cmd_sim, "the simulated cluster (hardware faults, jobs)")

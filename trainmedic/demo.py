@@ -20,7 +20,7 @@ def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_demo(*, nodes: int = 16, fault: str = "xid79", keep_running: bool = False) -> int:
+def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> int:
     started = time.monotonic()
     settings = get_settings()
     os.environ.setdefault("TRAINMEDIC_TELEMETRY_URL", "http://127.0.0.1:9400/metrics")
@@ -42,8 +42,9 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", keep_running: bool = Fals
     say("stack ready")
 
     scheduler = SimScheduler(settings.sim_home)
-    job = scheduler.submit(JobSpec(name="demo-pretrain", nodes=4, steps=DEMO_STEPS,
-                                   checkpoint_every=50))
+    job = scheduler.submit(
+        JobSpec(name="demo-pretrain", nodes=4, steps=DEMO_STEPS, checkpoint_every=50)
+    )
     say(f"submitted job {job.job_id} on {', '.join(job.nodes)}")
     _wait_for_step(job.heartbeat_path, FAULT_AFTER_STEP)
     victim = job.nodes[2]
@@ -57,8 +58,9 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", keep_running: bool = Fals
         raise ServerError("the job was expected to fail")
 
     kind = "job.node_fail" if job.state is JobState.NODE_FAIL else "job.failed"
-    event = JobEvent(kind=kind, job_id=job.job_id, nodes=job.nodes, exit_code=job.exit_code,
-                     reason=job.reason)
+    event = JobEvent(
+        kind=kind, job_id=job.job_id, nodes=job.nodes, exit_code=job.exit_code, reason=job.reason
+    )
     emit(event, api_url=stack.api_url)
     say(f"emitted trainmedic.{kind} for job {job.job_id}; waiting for the triggered triage run")
 
@@ -68,11 +70,11 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", keep_running: bool = Fals
     say(f"triage run {final.name} finished {final.state.name}")
     _print_outcome(scheduler, job.job_id)
     say(f"demo wall time: {time.monotonic() - started:.0f} s")
-    if keep_running:
-        say(f"stack left running: browse {stack.ui_url}; stop it with `trainmedic down`")
-    else:
-        stack.down()
+    if stop:
         _stop_jobs(scheduler)
+        stack.down()
+    else:
+        say(f"the stack stays up: open the run above in {stack.ui_url}; `trainmedic down` stops it")
     return 0 if final.state.is_completed() else 1
 
 

@@ -45,8 +45,13 @@ def to_prefect_event(event: JobEvent, *, event_id: uuid.UUID | None = None) -> d
     }
 
 
-def emit(event: JobEvent, *, api_url: str | None = None, timeout_s: float = 10.0,
-         transport: httpx.BaseTransport | None = None) -> str:
+def emit(
+    event: JobEvent,
+    *,
+    api_url: str | None = None,
+    timeout_s: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+) -> str:
     """Send one job event to the Prefect API; returns the Prefect event id."""
     api_url = api_url or os.environ.get("PREFECT_API_URL", "")
     if not api_url:

@@ -12,8 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from trainmedic import validate
 from trainmedic.taxonomy import Category, Layer, Remediation
 
-NodeName = Annotated[str, AfterValidator(lambda v: validate.hostname(v))]
-JobId = Annotated[str, AfterValidator(lambda v: validate.job_id(v))]
+NodeName = Annotated[str, AfterValidator(validate.hostname)]
+JobId = Annotated[str, AfterValidator(validate.job_id)]
 
 
 def utcnow() -> datetime:

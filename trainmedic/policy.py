@@ -68,16 +68,27 @@ def plan_remediation(
     drained: Collection[str] = (),
 ) -> Plan:
     action = diagnosis.remediation.action
-    reasons: list[str] = [f"{diagnosis.category} ({diagnosis.layer}): {diagnosis.remediation.summary}"]
+    reasons: list[str] = [
+        f"{diagnosis.category} ({diagnosis.layer}): {diagnosis.remediation.summary}"
+    ]
     origin = origin_node(diagnosis, job)
 
     if not diagnosis.remediation.auto_retry:
-        reasons.append("not retried automatically: " + (
-            "a script bug goes to the job owner" if action is Action.notify_owner
-            else "a human confirms first"
-        ))
-        return Plan(action=action, origin_node=origin, notify_owner=action is Action.notify_owner,
-                    page_oncall=action is Action.investigate, reasons=tuple(reasons))
+        reasons.append(
+            "not retried automatically: "
+            + (
+                "a script bug goes to the job owner"
+                if action is Action.notify_owner
+                else "a human confirms first"
+            )
+        )
+        return Plan(
+            action=action,
+            origin_node=origin,
+            notify_owner=action is Action.notify_owner,
+            page_oncall=action is Action.investigate,
+            reasons=tuple(reasons),
+        )
 
     if attempts >= retry_budget:
         reasons.append(
@@ -107,6 +118,12 @@ def plan_remediation(
         + (f", excluding {', '.join(exclude)}" if exclude else "")
     )
     return Plan(
-        action=action, origin_node=origin, drain=drain, locate=locate, restart=True,
-        exclude=exclude, spec_changes=spec_changes, reasons=tuple(reasons),
+        action=action,
+        origin_node=origin,
+        drain=drain,
+        locate=locate,
+        restart=True,
+        exclude=exclude,
+        spec_changes=spec_changes,
+        reasons=tuple(reasons),
     )

@@ -58,15 +58,21 @@ def triage_report(
     if diagnosis.evidence:
         lines += ["| file | line | signature | text |", "|---|---|---|---|"]
         for ev in diagnosis.evidence[:MAX_EVIDENCE]:
-            lines.append(f"| {_cell(ev.file)} | {ev.line} | {_cell(ev.signature)} | "
-                         f"`{_cell(ev.text)}` |")
+            lines.append(
+                f"| {_cell(ev.file)} | {ev.line} | {_cell(ev.signature)} | `{_cell(ev.text)}` |"
+            )
         if len(diagnosis.evidence) > MAX_EVIDENCE:
             lines.append(f"\n…and {len(diagnosis.evidence) - MAX_EVIDENCE} more evidence lines.")
     else:
         lines.append("No log line matched a signature.")
     if diagnostics is not None:
-        lines += ["", "## Node diagnostics", "", "| node | reach | nvidia-smi rc | Xid lines |",
-                  "|---|---|---|---|"]
+        lines += [
+            "",
+            "## Node diagnostics",
+            "",
+            "| node | reach | nvidia-smi rc | Xid lines |",
+            "|---|---|---|---|",
+        ]
         for host, outcome in diagnostics.hosts.items():
             facts = diagnostics.facts.get(host, {}).get("trainmedic_diagnostics", {})
             xids = facts.get("xid_lines", []) if isinstance(facts, dict) else []
@@ -76,15 +82,20 @@ def triage_report(
     lines += ["", "## Actions", ""]
     if actions:
         lines += ["| action | target | outcome | changed |", "|---|---|---|---|"]
-        lines += [f"| {a.what} | {_cell(a.target)} | {_cell(a.outcome)} | "
-                  f"{'yes' if a.changed else 'no'} |" for a in actions]
+        lines += [
+            f"| {a.what} | {_cell(a.target)} | {_cell(a.outcome)} | "
+            f"{'yes' if a.changed else 'no'} |"
+            for a in actions
+        ]
     else:
         lines.append("No action taken.")
     lines += ["", "## Restart", ""]
     if checkpoint is not None:
         lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
     if new_job is not None:
-        lines.append(f"- new job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}")
+        lines.append(
+            f"- new job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}"
+        )
     if checkpoint is None and new_job is None:
         lines.append("- not restarted")
     return "\n".join(lines) + "\n"

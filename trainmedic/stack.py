@@ -36,9 +36,7 @@ def prefect_env(settings: Settings) -> dict[str, str]:
         "PREFECT_SERVER_API_PORT": str(settings.server_port),
         "PREFECT_WORKER_QUERY_SECONDS": "2",
         "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "PREFECT_UI_URL": os.environ.get(
-            "PREFECT_UI_URL", settings.api_url.removesuffix("/api")
-        ),
+        "PREFECT_UI_URL": os.environ.get("PREFECT_UI_URL", settings.api_url.removesuffix("/api")),
         "TRAINMEDIC_ROOT": str(REPO_ROOT),
         "TRAINMEDIC_HOME": str(settings.home),
     }
@@ -82,8 +80,13 @@ class Service:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             child = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **env}, cwd=REPO_ROOT, start_new_session=True,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+                cwd=REPO_ROOT,
+                start_new_session=True,
             )
         self.pid_file.write_text(f"{child.pid}\n")
         return True
@@ -130,20 +133,44 @@ class Stack:
         prefect = str(Path(sys.executable).parent / "prefect")
         self.server = Service(
             "server",
-            [prefect, "server", "start", "--host", settings.server_host,
-             "--port", str(settings.server_port), "--analytics-off"],
+            [
+                prefect,
+                "server",
+                "start",
+                "--host",
+                settings.server_host,
+                "--port",
+                str(settings.server_port),
+                "--analytics-off",
+            ],
             run_dir,
         )
         self.worker = Service(
             "worker",
-            [prefect, "worker", "start", "--pool", WORK_POOL, "--type", "process",
-             "--name", "trainmedic-local"],
+            [
+                prefect,
+                "worker",
+                "start",
+                "--pool",
+                WORK_POOL,
+                "--type",
+                "process",
+                "--name",
+                "trainmedic-local",
+            ],
             run_dir,
         )
         self.exporter = Service(
             "exporter",
-            [sys.executable, "-m", "trainmedic.sim.exporter", "--sim-home",
-             str(settings.sim_home), "--port", "9400"],
+            [
+                sys.executable,
+                "-m",
+                "trainmedic.sim.exporter",
+                "--sim-home",
+                str(settings.sim_home),
+                "--port",
+                "9400",
+            ],
             run_dir,
         )
 
@@ -183,13 +210,26 @@ class Stack:
         prefect = str(Path(sys.executable).parent / "prefect")
         env = {**os.environ, **self.env}
         steps = [
-            [prefect, "--no-prompt", "work-pool", "create", WORK_POOL, "--type", "process",
-             "--overwrite"],
+            [
+                prefect,
+                "--no-prompt",
+                "work-pool",
+                "create",
+                WORK_POOL,
+                "--type",
+                "process",
+                "--overwrite",
+            ],
             [prefect, "--no-prompt", "deploy", "--all"],
         ]
         for argv in steps:
             done = subprocess.run(
-                argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
                 check=False,
             )
             if done.returncode != 0:

@@ -53,7 +53,7 @@ def gpu_telemetry_from_samples(
 ) -> list[GpuTelemetry]:
     per_gpu: dict[tuple[str, int], dict[str, float]] = {}
     for name, labels, value in samples:
-        if name != TEMP and name != XID and name != ECC_DBE and name not in NVLINK_ERRORS:
+        if name not in (TEMP, XID, ECC_DBE, *NVLINK_ERRORS):
             continue
         host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance", "")
         host = host.split(":")[0]

@@ -68,8 +68,8 @@ def compress_nodelist(names: Iterable[str]) -> str:
             continue
         groups.setdefault((match[1], len(match[2])), []).append(int(match[2]))
     parts = list(plain)
-    for (prefix, width), numbers in sorted(groups.items()):
-        numbers = sorted(set(numbers))
+    for (prefix, width), found in sorted(groups.items()):
+        numbers = sorted(set(found))
         ranges: list[str] = []
         start = prev = numbers[0]
         for n in [*numbers[1:], None]:
@@ -81,7 +81,9 @@ def compress_nodelist(names: Iterable[str]) -> str:
             )
             if n is not None:
                 start = prev = n
-        parts.append(f"{prefix}{ranges[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(ranges)}]")
+        parts.append(
+            f"{prefix}{ranges[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(ranges)}]"
+        )
     return ",".join(parts)
 
 

@@ -113,7 +113,6 @@ class _Scanner:
         self.catalogue = catalogue
         self.prefilter = catalogue.prefilter.search
         self.signatures = tuple(s for s in catalogue.signatures)
-        self.block_no = 0
         # (first line number, body, loss points from a sample only) of the latest blocks,
         # re-read in full at the end so the end of the curve (where a spike is) is exact.
         self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
@@ -153,7 +152,6 @@ class _Scanner:
                 if template in flagged:
                     self._match_line(raw_lines[offset], first_line + offset)
         self._collect_loss(body, first_line)
-        self.block_no += 1
         return first_line + len(masked_lines) - 1
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:

@@ -80,8 +80,12 @@ class SimScheduler(Scheduler):
                     ended_at=exit_info["time"],
                 )
             elif not self._alive(record["pid"]):
-                record.update(state=JobState.FAILED, exit_code=None, ended_at=time.time(),
-                              reason="job process vanished without an exit record")
+                record.update(
+                    state=JobState.FAILED,
+                    exit_code=None,
+                    ended_at=time.time(),
+                    reason="job process vanished without an exit record",
+                )
         for record in sorted(state["jobs"].values(), key=lambda r: int(r["job_id"])):
             if record["state"] == JobState.PENDING:
                 self._try_start(state, record)
@@ -95,7 +99,8 @@ class SimScheduler(Scheduler):
         spec = JobSpec.model_validate(record["spec"])
         unavailable = self._busy_nodes(state) | set(state["drained"]) | set(spec.exclude)
         free = [
-            s.name for s in self.cluster.statuses()
+            s.name
+            for s in self.cluster.statuses()
             if s.name not in unavailable and s.fault is not NodeFault.down
         ]
         if len(free) < spec.nodes:
@@ -106,21 +111,33 @@ class SimScheduler(Scheduler):
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
         argv = [
-            sys.executable, "-m", "trainmedic.sim.job",
-            "--job-dir", str(job_dir),
-            "--checkpoint-dir", record["checkpoint_dir"],
-            "--nodes", ",".join(nodes),
-            "--nodes-dir", str(self.cluster.nodes_dir),
-            "--data-faults", str(self.home / "data" / f"{spec.name}.json"),
+            sys.executable,
+            "-m",
+            "trainmedic.sim.job",
+            "--job-dir",
+            str(job_dir),
+            "--checkpoint-dir",
+            record["checkpoint_dir"],
+            "--nodes",
+            ",".join(nodes),
+            "--nodes-dir",
+            str(self.cluster.nodes_dir),
+            "--data-faults",
+            str(self.home / "data" / f"{spec.name}.json"),
         ]
         with (job_dir / "slurm.out").open("ab") as out:
             child = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
             )
         self._children[child.pid] = child
-        record.update(state=JobState.RUNNING, nodes=nodes, pid=child.pid, reason="",
-                      started_at=time.time())
+        record.update(
+            state=JobState.RUNNING, nodes=nodes, pid=child.pid, reason="", started_at=time.time()
+        )
 
     def _info(self, record: dict[str, Any]) -> JobInfo:
         job_dir = Path(record["job_dir"])
@@ -153,10 +170,17 @@ class SimScheduler(Scheduler):
             checkpoint_dir = spec.checkpoint_dir or str(self.home / "checkpoints" / spec.name)
             spec = spec.model_copy(update={"checkpoint_dir": checkpoint_dir})
             record = {
-                "job_id": job_id, "spec": spec.model_dump(mode="json"), "state": JobState.PENDING,
-                "nodes": [], "pid": None, "exit_code": None, "reason": "",
-                "job_dir": str(self.home / "jobs" / job_id), "checkpoint_dir": checkpoint_dir,
-                "submitted_at": time.time(), "resubmission_of": resubmission_of,
+                "job_id": job_id,
+                "spec": spec.model_dump(mode="json"),
+                "state": JobState.PENDING,
+                "nodes": [],
+                "pid": None,
+                "exit_code": None,
+                "reason": "",
+                "job_dir": str(self.home / "jobs" / job_id),
+                "checkpoint_dir": checkpoint_dir,
+                "submitted_at": time.time(),
+                "resubmission_of": resubmission_of,
             }
             state["jobs"][job_id] = record
             self._refresh(state)
@@ -259,8 +283,9 @@ class SimScheduler(Scheduler):
         if kind in DATA_FAULTS:
             if batch is None or batch < 1:
                 raise InputError("batch", batch, f"fault {kind!r} needs the data batch (>= 1)")
-            write_json_atomic(self.home / "data" / f"{info.name}.json",
-                              {"kind": kind, "batch": batch})
+            write_json_atomic(
+                self.home / "data" / f"{info.name}.json", {"kind": kind, "batch": batch}
+            )
             return
         if kind not in JOB_FAULTS:
             raise InputError("fault", kind, f"one of {', '.join(JOB_FAULTS + DATA_FAULTS)}")

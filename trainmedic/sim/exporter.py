@@ -5,6 +5,7 @@ nothing, as a dead exporter would."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,8 +17,11 @@ FAMILIES = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
-    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter",
-     "Total number of NVLink flow-control CRC errors."),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink flow-control CRC errors.",
+    ),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
 )
 
@@ -38,7 +42,9 @@ def render_metrics(cluster: SimCluster) -> str:
             values = {
                 "DCGM_FI_DEV_GPU_TEMP": 96 if hot else 41 + gpu,
                 "DCGM_FI_DEV_XID_ERRORS": XID_OF.get(status.fault, 0) if faulty else 0,
-                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2 if faulty and status.fault is NodeFault.ecc else 0,
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2
+                if faulty and status.fault is NodeFault.ecc
+                else 0,
                 "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (
                     1843 if faulty and status.fault is NodeFault.nvlink else 0
                 ),
@@ -52,7 +58,9 @@ def render_metrics(cluster: SimCluster) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_server(cluster: SimCluster, host: str = "127.0.0.1", port: int = 9400) -> ThreadingHTTPServer:
+def make_server(
+    cluster: SimCluster, host: str = "127.0.0.1", port: int = 9400
+) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
@@ -78,10 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9400)
     args = parser.parse_args(argv)
     server = make_server(SimCluster(Path(args.sim_home)), args.host, args.port)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -89,7 +89,7 @@ class Trainer:
     # ------------------------------------------------------------------ physics
 
     def loss_at(self, batch: int, poisoned_from: int | None) -> float:
-        rng = random.Random(batch)
+        rng = random.Random(batch)  # noqa: S311 - a reproducible loss curve, not a secret
         loss = 2.1 + 6.0 * math.exp(-batch / 80.0) + rng.uniform(-0.04, 0.04)
         if poisoned_from is not None and batch >= poisoned_from:
             # Diverged: the loss jumps and never comes back, as in the study's spikes.
@@ -145,7 +145,9 @@ class Trainer:
             loss = self.loss_at(batch, poisoned_from)
             nan = spike.get("kind") == "nan" and poisoned_from is not None
             shown = "nan" if nan else f"{loss:.6E}"
-            grad = "nan" if nan else f"{(0.8 if poisoned_from is None else 40.0 * (1 + step % 7)):.3f}"
+            grad = (
+                "nan" if nan else f"{(0.8 if poisoned_from is None else 40.0 * (1 + step % 7)):.3f}"
+            )
             self.out(0).write(
                 f"[{stamp()}] iteration {step:8d}/{self.spec.steps:8d} | consumed samples: "
                 f"{batch * 32:10d} | lm loss: {shown} | grad norm: {grad} | "
@@ -171,8 +173,12 @@ class Trainer:
             while True:
                 time.sleep(3600)
         if kind == "script":
-            self.traceback(0, 'File "/opt/train/pretrain.py", line 288, in get_batch',
-                           "    tokens = data['text_tokens']", "KeyError: 'text_tokens'")
+            self.traceback(
+                0,
+                'File "/opt/train/pretrain.py", line 288, in get_batch',
+                "    tokens = data['text_tokens']",
+                "KeyError: 'text_tokens'",
+            )
             return self.finish("FAILED", 1, "script error")
         if kind == "dataloader":
             self.err(0).write(
@@ -221,20 +227,27 @@ class Trainer:
                 f"{host}:{pid}:{pid} [{local}] transport/p2p.cc:275 NCCL WARN Cuda failure "
                 "'an illegal memory access was encountered'\n"
             )
-            self.traceback(rank, 'File "/opt/train/pretrain.py", line 530, in train_step',
-                           "    torch.distributed.all_reduce(grads)",
-                           "torch.distributed.DistBackendError: NCCL error in: "
-                           "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
-                           "unhandled cuda error")
+            self.traceback(
+                rank,
+                'File "/opt/train/pretrain.py", line 530, in train_step',
+                "    torch.distributed.all_reduce(grads)",
+                "torch.distributed.DistBackendError: NCCL error in: "
+                "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+                "unhandled cuda error",
+            )
             return
         message = {
             NodeFault.xid79: "CUDA error: unspecified launch failure",
             NodeFault.ecc: "CUDA error: uncorrectable ECC error encountered",
         }[fault]
-        self.traceback(rank, 'File "/opt/train/pretrain.py", line 530, in train_step',
-                       "    loss.backward()", f"RuntimeError: {message}",
-                       "CUDA kernel errors might be asynchronously reported at some other API "
-                       "call, so the stacktrace below might be incorrect.")
+        self.traceback(
+            rank,
+            'File "/opt/train/pretrain.py", line 530, in train_step',
+            "    loss.backward()",
+            f"RuntimeError: {message}",
+            "CUDA kernel errors might be asynchronously reported at some other API "
+            "call, so the stacktrace below might be incorrect.",
+        )
 
     def nccl_timeout(self, rank: int, step: int, at: datetime) -> None:
         seq = 40 * step + 7
@@ -274,8 +287,16 @@ class Trainer:
         if self.job_fault().get("kind") == "die_while_saving":
             return 1  # the manifest, written last, never lands: a partial checkpoint
         (target / MANIFEST).write_text(
-            json.dumps({"step": step, "batch": batch, "loss": loss, "files": files,
-                        "saved_at": time.time()}, indent=1)
+            json.dumps(
+                {
+                    "step": step,
+                    "batch": batch,
+                    "loss": loss,
+                    "files": files,
+                    "saved_at": time.time(),
+                },
+                indent=1,
+            )
         )
         (self.ckpt_dir / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
         self.out(0).write(f"[{stamp()}] saved checkpoint at iteration {step:8d} to {target}\n")
@@ -284,9 +305,12 @@ class Trainer:
     def load(self, step: int) -> tuple[int, int] | None:
         checkpoint = verify(self.ckpt_dir / checkpoint_dirname(step))
         if not checkpoint.valid:
-            self.traceback(0, 'File "/opt/train/checkpointing.py", line 311, in load_checkpoint',
-                           "RuntimeError: PytorchStreamReader failed reading zip archive: "
-                           f"failed finding central directory ({checkpoint.problem})")
+            self.traceback(
+                0,
+                'File "/opt/train/checkpointing.py", line 311, in load_checkpoint',
+                "RuntimeError: PytorchStreamReader failed reading zip archive: "
+                f"failed finding central directory ({checkpoint.problem})",
+            )
             return None
         self.out(0).write(
             f"[{stamp()}] loading checkpoint from {checkpoint.path} at iteration {step}\n"

@@ -86,7 +86,9 @@ def _gpu_row(status: NodeStatus, gpu: int) -> dict[str, object]:
         "pci.bus_id": pci_bus_id(gpu),
         "temperature.gpu": 96 if hot else 41 + gpu,
         "utilization.gpu": 0,
-        "ecc.errors.uncorrected.volatile.total": 2 if faulty and status.fault is NodeFault.ecc else 0,
+        "ecc.errors.uncorrected.volatile.total": 2
+        if faulty and status.fault is NodeFault.ecc
+        else 0,
         "clocks_throttle_reasons.hw_thermal_slowdown": "Active" if hot else "Not Active",
     }
 
@@ -148,8 +150,10 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
     )
     for rank, (host, status) in enumerate(zip(hosts, statuses, strict=True)):
         if status.fault is not NodeFault.down:
-            print(f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device  0 "
-                  f"[0x1b] {GPU_NAME}")
+            print(
+                f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device  0 "
+                f"[0x1b] {GPU_NAME}"
+            )
     sys.stdout.flush()
 
     if any(s.fault is NodeFault.down for s in statuses):
@@ -181,12 +185,18 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
     algbw = busbw * nranks / max(nranks - 1, 1)
     time_us = size / (algbw * 1e3)
     print("#")
-    print("#                                                              out-of-place"
-          "                       in-place")
-    print("#       size         count      type   redop    root     time   algbw   busbw"
-          " #wrong     time   algbw   busbw #wrong")
-    print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
-          "            (us)  (GB/s)  (GB/s)")
+    print(
+        "#                                                              out-of-place"
+        "                       in-place"
+    )
+    print(
+        "#       size         count      type   redop    root     time   algbw   busbw"
+        " #wrong     time   algbw   busbw #wrong"
+    )
+    print(
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+        "            (us)  (GB/s)  (GB/s)"
+    )
     print(
         f"{size:>12d}  {size // 4 // nranks:>12d}     float    none      -1 {time_us:8.1f} "
         f"{algbw:7.2f} {busbw:7.2f}      0 {time_us:8.1f} {algbw:7.2f} {busbw:7.2f}      0"
@@ -216,8 +226,9 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[0] != "--node-dir" or argv[2] not in COMMANDS:
-        print("usage: python -m trainmedic.sim.node --node-dir DIR COMMAND [ARGS...]",
-              file=sys.stderr)
+        print(
+            "usage: python -m trainmedic.sim.node --node-dir DIR COMMAND [ARGS...]", file=sys.stderr
+        )
         return 2
     node_dir, command, rest = Path(argv[1]), argv[2], argv[3:]
     return COMMANDS[command](node_dir, rest)

@@ -1,0 +1,432 @@
+"""Runbook `locate-faulty-nodes`: which nodes of a set are broken or slow — then isolate them.
+
+    check the nodes against the inventory → round after round of pair tests
+    (playbooks/nccl_pair_test.yml, all groups of a round at once; trainmedic.pairing decides
+    the groups and the verdicts) → table artifact per round → if asked to isolate: policy
+    (trainmedic.isolation) → human approval unless it is small and inside the blast-radius
+    guard → drain in the scheduler + playbooks/isolate_node.yml → Markdown summary
+
+A round's groups are split into batches, one ansible-runner run (one Prefect task) each,
+the batches of a round running concurrently: an ansible-playbook start costs ~1.5 s of
+controller CPU, more than a short test, so one run per group would spend more time starting
+Ansible than testing (16 nodes: 16 s one run per pair vs 8 s batched, on 2 cores).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from prefect import flow, get_run_logger, pause_flow_run, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.input import RunInput
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trainmedic import isolation, validate
+from trainmedic.ansible import Inventory, run_playbook
+from trainmedic.errors import InputError
+from trainmedic.isolation import IsolationDecision, IsolationPolicy
+from trainmedic.models import JobId, NodeName, PairResult, PlaybookResult
+from trainmedic.pairing import Group, LocateReport, RoundRecord, check_nodes, locate
+from trainmedic.report import ActionRecord
+from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import Settings, get_settings
+
+__all__ = [
+    "IsolationApproval",
+    "LocateRequest",
+    "LocateResult",
+    "locate_faulty_nodes",
+    "pair_result",
+    "plan_batches",
+    "run_pair_tests",
+]
+
+TIMEOUT_RCS = (124, 137)  # coreutils timeout: TERM sent / KILL sent after the grace period
+
+
+class LocateRequest(BaseModel):
+    """Parameters of a locate run (UI form, a deployment trigger, `trainmedic locate`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[NodeName] = Field(
+        min_length=1, max_length=4096,
+        description="nodes to test: a Slurm host list such as node[001-016] or a list of names",
+    )
+    seed: int | None = Field(default=None, ge=0, description="pairing seed; default from names")
+    slow_ratio: float = Field(default=0.5, gt=0.0, le=1.0,
+                              description="slower than this share of the reference: slow")
+    concurrency: int = Field(default=64, ge=1, le=512, description="tests running at once")
+    tests_per_run: int = Field(default=32, ge=1, le=512,
+                               description="pair tests per ansible-runner run")
+    test_timeout_s: int | None = Field(
+        default=None, ge=5, le=3600,
+        description="kill a test after this long (default: the inventory's)",
+    )
+    dry_run: bool = Field(default=False, description="test and decide; drain nothing")
+    isolate: bool = Field(default=False, description="drain and isolate what is found")
+    policy: IsolationPolicy = Field(default_factory=IsolationPolicy)
+    approval_timeout_s: int = Field(default=3600, ge=10, le=7 * 86_400,
+                                    description="how long to wait for a human; then drain nothing")
+    job_id: JobId | None = Field(default=None, description="the job that led here, if any")
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _expand(cls, value: object) -> object:
+        # One expression, or a list of names and expressions: all end up as plain names.
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        names: list[str] = []
+        for item in items:
+            if not isinstance(item, str):
+                raise InputError("nodes", item, "not a node name or host list")
+            names.extend(validate.expand_nodelist(item))
+        return check_nodes(dict.fromkeys(names))
+
+
+class IsolationApproval(RunInput):
+    """A human's answer to "drain these nodes?"."""
+
+    decision: Literal["approve", "reject", "approve_subset"] = Field(
+        description="approve all, reject all, or approve only the nodes listed"
+    )
+    nodes: list[NodeName] = Field(default_factory=list,
+                                  description="for approve_subset: the nodes to drain")
+    note: str = Field(default="", max_length=200, pattern=validate.SAFE_TEXT_RE.pattern,
+                      description="why (goes into the report)")
+
+
+class IsolationOutcome(BaseModel):
+    mode: Literal["none", "auto", "approval"]
+    decided_by: str  # policy, a human's answer, timeout, dry run
+    candidates: list[str]
+    approved: list[str]
+    drained: list[str]
+    already_drained: list[str]
+    reasons: list[str]
+    ignored: list[str] = []
+    evidence: dict[str, dict[str, object]] = {}
+
+
+class LocateResult(BaseModel):
+    nodes: list[str]
+    faulty: list[str]
+    slow: list[str]
+    healthy: list[str]
+    undetermined: list[str]
+    rounds: int
+    tests_run: int
+    wall_s: float
+    reference_gbps: float | None
+    isolation: IsolationOutcome | None
+    flow_run_id: str | None
+    report_key: str
+
+    def summary(self) -> dict[str, object]:
+        """The CLI's --json object."""
+        return {
+            "faulty": self.faulty, "slow": self.slow, "undetermined": self.undetermined,
+            "rounds": self.rounds, "tests_run": self.tests_run, "wall_s": round(self.wall_s, 3),
+            "drained": self.isolation.drained if self.isolation else [],
+            "flow_run_id": self.flow_run_id,
+        }
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def plan_batches(
+    groups: Sequence[Group], concurrency: int, tests_per_run: int
+) -> list[list[list[Group]]]:
+    """Waves of batches: every batch is one playbook run, a wave's batches run at once, and
+    no wave runs more than ``concurrency`` tests. One wave unless the round is bigger."""
+    size = max(1, min(concurrency, tests_per_run))
+    batches = [list(groups[i : i + size]) for i in range(0, len(groups), size)]
+    per_wave = max(1, concurrency // size)
+    return [batches[i : i + per_wave] for i in range(0, len(batches), per_wave)]
+
+
+def pair_result(group: Group, result: PlaybookResult, timeout_s: int | None) -> PairResult:
+    """One group's verdict from the facts nccl_pair_test.yml set on the group's first host."""
+    leader = group[0]
+    outcome = result.hosts.get(leader)
+    facts = (result.facts.get(leader) or {}).get("trainmedic_nccl_result")
+    if outcome == "unreachable":
+        return PairResult(nodes=group, ok=False, error=f"{leader} unreachable")
+    if not isinstance(facts, dict):
+        return PairResult(nodes=group, ok=False, error=f"no test result from {leader} ({outcome})")
+    rc = facts.get("rc")
+    errors = [str(e) for e in facts.get("errors") or []]
+    if rc in TIMEOUT_RCS or facts.get("timed_out") is True:
+        limit = f" after {timeout_s} s" if timeout_s else ""
+        return PairResult(nodes=group, ok=False, error=f"timed out{limit}: a peer never joined")
+    if rc != 0:
+        detail = errors[0] if errors else "no error output"
+        return PairResult(nodes=group, ok=False, error=f"rc={rc}: {detail}"[:300])
+    try:
+        busbw = float(str(facts.get("busbw_gbps")))
+    except ValueError:
+        return PairResult(nodes=group, ok=False, error="completed without a bus bandwidth line")
+    return PairResult(nodes=group, ok=True, busbw_gbps=busbw)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+@task(name="run-pair-tests", cache_policy=NO_CACHE)
+def run_pair_tests(
+    groups: list[Group], test_timeout_s: int | None = None, check: bool = False
+) -> list[PairResult]:
+    """One playbook run testing every group at once (each from its first host)."""
+    settings = get_settings()
+    # Every test of the batch starts together: one fork per group.
+    run_settings = settings.model_copy(update={"ansible_forks": max(1, len(groups))})
+    extravars: dict[str, object] = {"trainmedic_pair_groups": [",".join(g) for g in groups]}
+    if test_timeout_s is not None:
+        extravars["trainmedic_nccl_test_timeout_s"] = test_timeout_s
+    # The tests' own timeout kills a hung test; this one only catches a stuck Ansible.
+    overall = (test_timeout_s or settings.playbook_timeout_s) + 120
+    result = run_playbook(
+        "nccl_pair_test.yml", [g[0] for g in groups], extravars,
+        check=check, timeout_s=overall, settings=run_settings,
+    )
+    return [pair_result(g, result, test_timeout_s) for g in groups]
+
+
+@task(name="drain-convicted-node", cache_policy=NO_CACHE)
+def drain_convicted_node(node: str, reason: str, ledger_flow_run: str) -> ActionRecord:
+    """Drain in the scheduler (idempotent) and record it in the drain ledger."""
+    reason = validate.safe_text(reason, "reason")
+    changed = get_scheduler().drain(node, reason)
+    if changed:
+        record = isolation.DrainRecord(node=node, at=datetime.now(UTC),
+                                       flow_run=ledger_flow_run, reason=reason)
+        path = _ledger_path(get_settings())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One short O_APPEND write per record: concurrent runbooks do not tear lines.
+        with path.open("a") as handle:
+            handle.write(isolation.ledger_line(record))
+    get_run_logger().warning("drain %s: %s (%s)", node,
+                             "drained" if changed else "already drained", reason)
+    return ActionRecord(what="drain", target=node, changed=changed,
+                        outcome=f"drained: {reason}" if changed else "already drained")
+
+
+@task(name="isolate-nodes", cache_policy=NO_CACHE)
+def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
+    """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
+    return run_playbook("isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason},
+                        check=dry_run)
+
+
+def _ledger_path(settings: Settings) -> Path:
+    return settings.home / "isolation" / "drains.jsonl"
+
+
+# ----------------------------------------------------------------------------- flow
+
+
+@flow(name="locate-faulty-nodes", log_prints=True)
+def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
+    settings = get_settings()
+    logger = get_run_logger()
+    nodes = Inventory(settings.inventory).check(request.nodes)
+    logger.info("locating faulty and slow nodes among %d: %s", len(nodes),
+                validate.compress_nodelist(nodes))
+
+    def run_round(groups: Sequence[Group]) -> list[PairResult]:
+        results: list[PairResult] = []
+        for wave in plan_batches(groups, request.concurrency, request.tests_per_run):
+            futures = [
+                run_pair_tests.submit(batch, request.test_timeout_s, request.dry_run)
+                for batch in wave
+            ]
+            results += [r for f in futures for r in f.result()]
+        return results
+
+    def publish_round(record: RoundRecord) -> None:
+        create_table_artifact(
+            key=f"locate-round-{record.index}",
+            table=[_row(r) for r in record.rows()],
+            description=f"Pair tests of round {record.index}: {len(record.groups)} groups, "
+            f"faulty {list(record.faulty)}, slow {list(record.slow)}",
+        )
+        logger.info("round %d: %d tests, %d retried; convicted faulty %s slow %s",
+                    record.index, len(record.groups), record.retried,
+                    list(record.faulty), list(record.slow))
+
+    started = time.monotonic()
+    report = locate(nodes, run_round, seed=request.seed, slow_ratio=request.slow_ratio,
+                    on_round=publish_round)
+    wall_s = time.monotonic() - started
+
+    outcome = None
+    if request.isolate and (report.faulty or report.slow):
+        outcome = _isolate(report, request, settings)
+
+    key = "locate-summary"
+    create_markdown_artifact(key=key, markdown=_markdown(report, wall_s, outcome, request),
+                             description=f"Locate: faulty {list(report.faulty)}, "
+                             f"slow {list(report.slow)}")
+    context = FlowRunContext.get()
+    return LocateResult(
+        nodes=list(report.nodes), faulty=list(report.faulty), slow=list(report.slow),
+        healthy=list(report.healthy), undetermined=list(report.undetermined),
+        rounds=report.rounds, tests_run=report.tests_run, wall_s=wall_s,
+        reference_gbps=report.reference_gbps, isolation=outcome,
+        flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
+        report_key=key,
+    )
+
+
+def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -> IsolationOutcome:
+    logger = get_run_logger()
+    candidates = [*report.faulty, *report.slow]
+    scheduler = get_scheduler()
+    cluster = scheduler.nodes()
+    drained = {n.name for n in cluster if n.state == "DRAINED"}
+    path = _ledger_path(settings)
+    ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
+    recent = isolation.recent_drains(ledger, datetime.now(UTC), request.policy.window_s)
+    decision = isolation.decide_isolation(candidates, cluster_size=len(cluster), drained=drained,
+                                          recent=recent, policy=request.policy)
+    logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
+
+    approved, ignored, decided_by = _approve(decision, request)
+    run_name = flow_run.get_name() or "local"
+    verdict = {n: "faulty" for n in report.faulty} | {n: "slow" for n in report.slow}
+    actions: list[ActionRecord] = []
+    evidence: dict[str, dict[str, object]] = {}
+    if approved:
+        if not request.dry_run:
+            for node in approved:
+                reason = f"trainmedic locate-faulty-nodes {run_name}: {verdict[node]} in pair tests"
+                if request.job_id:
+                    reason += f" (job {request.job_id})"
+                actions.append(drain_convicted_node(node, reason, run_name))
+        result = isolate_nodes(approved, f"locate-faulty-nodes {run_name}", request.dry_run)
+        for host, facts in result.facts.items():
+            found = facts.get("trainmedic_isolation")
+            evidence[host] = {"outcome": str(result.hosts.get(host)),
+                              **(found if isinstance(found, dict) else {})}
+    return IsolationOutcome(
+        mode=decision.mode, decided_by=decided_by, candidates=candidates, approved=approved,
+        drained=[a.target for a in actions if a.changed],
+        already_drained=list(decision.already_drained), reasons=list(decision.reasons),
+        ignored=ignored, evidence=evidence,
+    )
+
+
+def _approve(
+    decision: IsolationDecision, request: LocateRequest
+) -> tuple[list[str], list[str], str]:
+    """The approved nodes, the ignored ones, and who decided."""
+    if decision.mode == "none":
+        return [], [], "nothing new to drain"
+    if decision.mode == "auto":
+        return list(decision.nodes), [], "policy (auto-approved)"
+    if request.dry_run:
+        # Nothing will be drained anyway: show the evidence as if a human had said yes.
+        return list(decision.nodes), [], "dry run (approval would be asked)"
+    logger = get_run_logger()
+    prompt = "\n".join([
+        f"### Drain {len(decision.nodes)} node(s)? {', '.join(decision.nodes)}",
+        "",
+        *[f"- {reason}" for reason in decision.reasons],
+        "",
+        "`approve` all, `reject` all, or `approve_subset` with the nodes to drain. "
+        f"No answer within {request.approval_timeout_s} s: nothing is drained.",
+    ])
+    try:
+        answer = pause_flow_run(
+            wait_for_input=IsolationApproval.with_initial_data(
+                description=prompt, decision="reject", nodes=list(decision.nodes)
+            ),
+            timeout=request.approval_timeout_s,
+            poll_interval=2,
+        )
+    except FlowPauseTimeout:
+        logger.warning("no approval within %d s: nothing drained", request.approval_timeout_s)
+        return [], [], f"approval timed out after {request.approval_timeout_s} s: nothing drained"
+    approved, ignored = isolation.approved_nodes(decision, answer.decision, answer.nodes)
+    if ignored:
+        logger.warning("approval named nodes that were not convicted, ignored: %s", ignored)
+    note = f": {answer.note}" if answer.note else ""
+    return approved, ignored, f"human: {answer.decision}{note}"
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _row(row: dict[str, object]) -> dict[str, object]:
+    return {"pair": row["nodes"], "result": row["verdict"], "busbw_gbps": row["busbw_gbps"],
+            "round": row["round"], "role": row["role"], "attempts": row["attempts"],
+            "error": row["error"]}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def _markdown(
+    report: LocateReport, wall_s: float, outcome: IsolationOutcome | None, request: LocateRequest
+) -> str:
+    def names(values: Sequence[str]) -> str:
+        return ", ".join(values) if values else "—"
+
+    lines = [
+        f"# Locate faulty nodes{' — DRY RUN' if request.dry_run else ''}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| nodes | {len(report.nodes)}: {validate.compress_nodelist(report.nodes)} |",
+        f"| faulty | **{names(report.faulty)}** |",
+        f"| slow | **{names(report.slow)}** |",
+        f"| undetermined | {names(report.undetermined)} |",
+        f"| rounds / tests | {report.rounds} / {report.tests_run} |",
+        f"| reference busbw | {report.reference_gbps} GB/s (slow below x{report.slow_ratio}) |",
+        f"| wall time | {wall_s:.1f} s |",
+        f"| seed | {report.seed} |",
+        "",
+        "## Rounds",
+        "",
+        "| round | pair | role | result | busbw (GB/s) | attempts | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report.rows():
+        lines.append(
+            f"| {row['round']} | {row['nodes']} | {row['role']} | {row['verdict']} | "
+            f"{row['busbw_gbps'] if row['busbw_gbps'] is not None else '—'} | "
+            f"{row['attempts']} | {_cell(row['error']) or ''} |"
+        )
+    if outcome is not None:
+        lines += [
+            "",
+            "## Isolation",
+            "",
+            f"- decided by: {outcome.decided_by}",
+            f"- candidates: {names(outcome.candidates)}",
+            f"- approved: {names(outcome.approved)}",
+            f"- drained now: {names(outcome.drained)}",
+            f"- already drained: {names(outcome.already_drained)}",
+        ]
+        lines += [f"- needs approval because: {r}" for r in outcome.reasons]
+        if outcome.ignored:
+            lines.append(f"- ignored (not convicted): {names(outcome.ignored)}")
+        for host, found in outcome.evidence.items():
+            lines += ["", f"### {host} ({found.get('outcome')})", ""]
+            for title, field in (("Xid lines", "xid_lines"), ("nvidia-smi", "nvidia_smi"),
+                                 ("dcgmi diag -r 1", "dcgmi")):
+                value = found.get(field) or []
+                body = "\n".join(str(v) for v in value) if isinstance(value, list) else str(value)
+                lines += [f"{title}:", "", "```", body or "(nothing)", "```", ""]
+    return "\n".join(lines) + "\n"

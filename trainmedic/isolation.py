@@ -1,0 +1,181 @@
+"""Who may be drained after a locate run, and who has to say so. Pure: no I/O, no clock.
+
+The locate runbook convicts nodes from pair tests; draining them is the first step that
+costs capacity. The policy here decides, from the candidates, the cluster's size, the nodes
+already drained and the recent drains (the drain ledger), whether the isolation
+
+* may go ahead without a human (``auto``): no more than ``auto_approve_max`` new nodes, and
+  inside the blast-radius guard;
+* needs a human (``approval``): bigger, or outside the guard. The guard is never crossed
+  without an explicit approval: a timed-out approval drains nothing.
+
+The blast-radius guard: after this isolation no more than ``max_share`` of the cluster may be
+drained, and no more than ``max_per_window`` nodes drained by trainmedic within
+``window_s``. A mass conviction is more likely a fabric, switch or test problem than that
+many broken nodes, and draining a tenth of a cluster stops training as surely as any fault.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from trainmedic.errors import InputError
+from trainmedic.models import NodeName, Strict
+
+__all__ = [
+    "ApprovalDecision",
+    "DrainRecord",
+    "IsolationDecision",
+    "IsolationPolicy",
+    "approved_nodes",
+    "decide_isolation",
+    "ledger_line",
+    "parse_ledger",
+    "recent_drains",
+]
+
+ApprovalDecision = Literal["approve", "reject", "approve_subset"]
+
+
+class IsolationPolicy(Strict):
+    """Limits on draining without a human. The defaults suit a cluster of hundreds of nodes."""
+
+    auto_approve_max: int = Field(
+        default=1, ge=0, le=64, description="isolations of at most this many nodes need no human"
+    )
+    max_share: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="most of the cluster that may be drained (already drained + these) "
+        "without explicit approval",
+    )
+    max_per_window: int = Field(
+        default=4,
+        ge=0,
+        le=10_000,
+        description="most nodes trainmedic may drain per window without explicit approval",
+    )
+    window_s: int = Field(default=3600, ge=60, le=7 * 86_400, description="the rate window")
+
+
+class DrainRecord(Strict):
+    """One line of the drain ledger: who drained what, when."""
+
+    node: NodeName
+    at: datetime
+    flow_run: str = ""
+    reason: str = ""
+
+
+class IsolationDecision(Strict):
+    """What the policy says about one isolation."""
+
+    mode: Literal["none", "auto", "approval"]
+    nodes: tuple[str, ...]  # the candidates not drained yet: what an approval would drain
+    already_drained: tuple[str, ...]
+    guard: tuple[str, ...] = ()  # why the guard wants a human, one sentence each
+    reasons: tuple[str, ...] = ()  # why approval is needed at all (guard or size)
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.mode == "approval"
+
+
+def recent_drains(ledger: Iterable[DrainRecord], now: datetime, window_s: int) -> list[DrainRecord]:
+    """Ledger records younger than the window, one per node (its latest)."""
+    since = now - timedelta(seconds=window_s)
+    latest: dict[str, DrainRecord] = {}
+    for record in ledger:
+        if record.at >= since and (record.node not in latest or record.at > latest[record.node].at):
+            latest[record.node] = record
+    return sorted(latest.values(), key=lambda r: (r.at, r.node))
+
+
+def decide_isolation(
+    candidates: Sequence[str],
+    *,
+    cluster_size: int,
+    drained: Collection[str],
+    recent: Sequence[DrainRecord],
+    policy: IsolationPolicy,
+) -> IsolationDecision:
+    """Decide for ``candidates`` (convicted nodes) given the state of the cluster.
+
+    ``drained``: nodes drained now, for whatever reason; ``recent``: trainmedic's drains
+    within the policy's window (:func:`recent_drains`).
+    """
+    if cluster_size < 1:
+        raise InputError("cluster_size", cluster_size, "must be at least 1")
+    already = tuple(n for n in candidates if n in drained)
+    new = tuple(n for n in dict.fromkeys(candidates) if n not in drained)
+    if not new:
+        return IsolationDecision(mode="none", nodes=(), already_drained=already)
+
+    guard: list[str] = []
+    allowed_drained = math.floor(policy.max_share * cluster_size)
+    after = len(set(drained) | set(new))
+    if after > allowed_drained:
+        guard.append(
+            f"blast radius: {after} of {cluster_size} nodes would be drained, more than "
+            f"{policy.max_share:.0%} ({allowed_drained})"
+        )
+    in_window = len({r.node for r in recent} | set(new))
+    if in_window > policy.max_per_window:
+        guard.append(
+            f"rate limit: {in_window} nodes drained by trainmedic within "
+            f"{policy.window_s // 60} min, more than {policy.max_per_window}"
+        )
+    reasons = list(guard)
+    if len(new) > policy.auto_approve_max:
+        reasons.append(
+            f"{len(new)} nodes to drain, more than the {policy.auto_approve_max} "
+            "approved automatically"
+        )
+    return IsolationDecision(
+        mode="approval" if reasons else "auto",
+        nodes=new,
+        already_drained=already,
+        guard=tuple(guard),
+        reasons=tuple(reasons),
+    )
+
+
+def approved_nodes(
+    decision: IsolationDecision, answer: ApprovalDecision, subset: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """The nodes a human's answer lets the runbook drain, and the requested ones ignored
+    because they were not candidates (an approval can narrow an isolation, never widen it)."""
+    if answer == "reject":
+        return [], []
+    if answer == "approve":
+        return list(decision.nodes), []
+    wanted = list(dict.fromkeys(subset))
+    return (
+        [n for n in decision.nodes if n in wanted],
+        [n for n in wanted if n not in decision.nodes],
+    )
+
+
+def ledger_line(record: DrainRecord) -> str:
+    return record.model_dump_json() + "\n"
+
+
+def parse_ledger(text: str) -> list[DrainRecord]:
+    """The ledger's records; a torn or foreign line is skipped, never fatal: losing one
+    record only makes the rate limit more permissive by one node."""
+    records: list[DrainRecord] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(DrainRecord.model_validate(json.loads(line)))
+        except (ValueError, ValidationError):
+            continue
+    return records
