@@ -6,24 +6,44 @@ act, so each shows up in the Prefect UI as one named, retried, logged step.
 
 from __future__ import annotations
 
-import re
+import contextlib
+import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.concurrency.sync import concurrency
 
 from trainmedic import checkpoints
 from trainmedic.ansible import run_playbook
 from trainmedic.errors import CheckpointError, SchedulerError, TelemetryError
 from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
+from trainmedic.recovery import LossRecord, parse_loss_history
 from trainmedic.report import ActionRecord
 from trainmedic.scheduler import get_scheduler
 from trainmedic.settings import get_settings
 from trainmedic.telemetry import fetch_gpu_telemetry
 from trainmedic.validate import safe_text
 
-_RANK_FILE_RE = re.compile(r"^rank-(\d+)\.([a-z0-9-]+)\.(out|err)$")
+JOB_LOCK_WAIT_S = 900
+
+
+@contextlib.contextmanager
+def job_lock(job_id: str, timeout_s: float = JOB_LOCK_WAIT_S) -> Iterator[None]:
+    """One remediation per training job at a time, across every runbook and worker.
+
+    Two events for one job (the scheduler's failure and the framework's loss report, or a
+    replay) start two flow runs; the second waits here for the first, then finds the job
+    already resubmitted and does nothing twice.
+    """
+    name = f"remediate-job-{job_id}"
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(name, 1)
+    with concurrency(name, occupy=1, strict=True, timeout_seconds=timeout_s):
+        yield
 
 
 def _transient(exc_types: tuple[type[BaseException], ...]):  # type: ignore[no-untyped-def]
@@ -172,7 +192,7 @@ def verify_restart(new_job: JobInfo, from_step: int) -> JobInfo:
             raise SchedulerError(
                 f"resubmitted job {new_job.job_id} ended {current.state} before making progress"
             )
-        step = checkpoints_step(heartbeat)
+        step = heartbeat_step(heartbeat)
         if step is not None and step > from_step:
             get_run_logger().info("job %s is training again: step %d", new_job.job_id, step)
             return current
@@ -182,23 +202,56 @@ def verify_restart(new_job: JobInfo, from_step: int) -> JobInfo:
     )
 
 
-def checkpoints_step(heartbeat: Path) -> int | None:
-    import json
-
+def heartbeat_step(heartbeat: Path) -> int | None:
     try:
         return int(json.loads(heartbeat.read_text())["step"])
     except (OSError, ValueError, KeyError):
         return None
 
 
-__all__ = [
-    "CheckpointError",
-    "choose_checkpoint",
-    "collect_node_diagnostics",
-    "drain_node",
-    "fetch_job_logs",
-    "fetch_telemetry",
-    "load_job",
-    "resubmit_job",
-    "verify_restart",
-]
+
+
+@task(name="stop-job", cache_policy=NO_CACHE)
+def stop_job(job: JobInfo, reason: str, dry_run: bool) -> ActionRecord:
+    """Cancel a job that is still running (a hung or diverged one); idempotent."""
+    reason = safe_text(reason, "reason")
+    if dry_run:
+        return ActionRecord(what="stop job", target=f"job {job.job_id}", outcome="dry run")
+    changed = get_scheduler().cancel(job.job_id, reason)
+    get_run_logger().warning("stop job %s: %s", job.job_id,
+                             "cancelled" if changed else "had already ended")
+    return ActionRecord(what="stop job", target=f"job {job.job_id}", changed=changed,
+                        outcome=f"cancelled: {reason}" if changed else "had already ended")
+
+
+@task(name="read-loss-history", retries=2, retry_delay_seconds=[1, 3], cache_policy=NO_CACHE,
+      retry_condition_fn=_transient((OSError,)))
+def read_loss_history(job: JobInfo) -> list[LossRecord]:
+    """The job's loss curve (``loss.csv``: step,batch,loss, written by the framework hook)."""
+    path = Path(job.log_dir).parent / "loss.csv"
+    with path.open() as handle:
+        return parse_loss_history(handle, source=str(path))
+
+
+@task(name="request-checkpoint", cache_policy=NO_CACHE)
+def request_checkpoint(job: JobInfo, dry_run: bool) -> bool:
+    """Send the job its "save now" signal."""
+    if dry_run:
+        return False
+    return get_scheduler().request_checkpoint(job.job_id)
+
+
+@task(name="wait-for-checkpoint", cache_policy=NO_CACHE)
+def wait_for_checkpoint(job: JobInfo, newer_than: int, timeout_s: float) -> Checkpoint:
+    """Wait for a valid checkpoint newer than ``newer_than`` to land."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [c for c in checkpoints.scan(Path(job.checkpoint_dir)) if c.valid]
+        if found and found[-1].step > newer_than:
+            return found[-1]
+        if get_scheduler().job(job.job_id).state.finished:
+            break
+        time.sleep(0.5)
+    raise CheckpointError(
+        f"job {job.job_id}: no new valid checkpoint after step {newer_than} within {timeout_s} s"
+    )

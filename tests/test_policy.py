@@ -1,6 +1,6 @@
 from datetime import UTC, datetime
 
-from trainmedic.models import Diagnosis, JobInfo, JobSpec, JobState
+from trainmedic.models import Diagnosis, Evidence, JobInfo, JobSpec, JobState
 from trainmedic.policy import attempts_so_far, origin_node, plan_remediation
 from trainmedic.taxonomy import Action, Category, layer_of, remediation_for
 
@@ -21,13 +21,21 @@ def job(job_id: str = "1001", nodes=("node001", "node002", "node003"), prev=None
     )
 
 
-def diagnosis(category: Category, host: str | None = None) -> Diagnosis:
+def diagnosis(category: Category, host: str | None = None, *evidence_hosts: str) -> Diagnosis:
+    """A diagnosis whose winning evidence sits on ``evidence_hosts`` (default: the node named
+    first in ``host``), as the diagnosis engine reports it."""
+    hosts = evidence_hosts or ((host.split()[0],) if host and host.startswith("node") else ())
+    evidence = tuple(
+        Evidence(file=f"{h}.err", line=1, text="x", signature="s", host=h, category=category)
+        for h in hosts
+    )
     return Diagnosis(
         category=category,
         layer=layer_of(category),
         root_cause_host=host,
         confidence=0.9,
         remediation=remediation_for(category),
+        evidence=evidence,
     )
 
 
@@ -37,6 +45,10 @@ def test_origin_node_from_hostname_or_rank() -> None:
     assert origin_node(diagnosis(Category.NCCLTimeout, "rank 9"), job()) == "node003"
     assert origin_node(diagnosis(Category.ECCError, "node999"), job()) is None
     assert origin_node(diagnosis(Category.ECCError, "GPU 0000:3b:00.0"), job()) is None
+    # Several of the job's nodes behind the winning evidence: no single origin, pair-test.
+    several = diagnosis(Category.NodeFailure, "node001, node002", "node001", "node002")
+    assert origin_node(several, job()) is None
+    assert plan_remediation(several, job()).locate
     assert origin_node(diagnosis(Category.ECCError, None), job()) is None
 
 

@@ -136,6 +136,7 @@ class GpuTelemetry(Strict):
     xid_last: int = 0
     ecc_dbe_total: float = 0.0
     nvlink_errors_total: float = 0.0
+    gpu_utilization: float | None = None
 
 
 # ----------------------------------------------------------------------------- checkpoints

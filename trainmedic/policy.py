@@ -11,11 +11,11 @@ from collections.abc import Collection
 
 from pydantic import BaseModel, Field
 
+from trainmedic.diagnosis import suspect_hosts
 from trainmedic.models import Diagnosis, JobInfo
 from trainmedic.taxonomy import Action, Category
 
 _RANK_RE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
-_HOST_TOKEN_RE = re.compile(r"[a-z][a-z0-9-]*\d[a-z0-9-]*")
 GC_INTERVAL_STEPS = 50
 
 
@@ -33,15 +33,14 @@ class Plan(BaseModel):
 
 
 def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
-    """Map the diagnosis's root-cause host (a hostname or ``rank N``) onto one of the job's
-    nodes; None when the evidence does not prove one."""
-    text = diagnosis.root_cause_host
-    if not text:
+    """The one job node the winning evidence points at; None when the evidence names no node
+    of this job, or several (then the pair test decides)."""
+    on_job = [h for h in suspect_hosts(diagnosis) if h in job.nodes]
+    if len(on_job) == 1:
+        return on_job[0]
+    if on_job:
         return None
-    for token in _HOST_TOKEN_RE.findall(text.lower()):
-        if token in job.nodes:
-            return token
-    rank = _RANK_RE.search(text)
+    rank = _RANK_RE.search(diagnosis.root_cause_host or "")
     if rank is not None:
         index = int(rank[1]) // job.spec.gpus_per_node
         if index < len(job.nodes):

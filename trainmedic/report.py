@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from trainmedic.models import Checkpoint, Diagnosis, JobInfo, PlaybookResult
 from trainmedic.policy import Plan
+from trainmedic.recovery import LossRecord
 
 MAX_EVIDENCE = 12
 
@@ -79,16 +80,7 @@ def triage_report(
             rc = facts.get("nvidia_smi_rc", "—") if isinstance(facts, dict) else "—"
             lines.append(f"| {host} | {outcome} | {rc} | {_cell('; '.join(xids[-2:])) or '—'} |")
     lines += ["", "## Decisions", ""] + [f"- {r}" for r in plan.reasons]
-    lines += ["", "## Actions", ""]
-    if actions:
-        lines += ["| action | target | outcome | changed |", "|---|---|---|---|"]
-        lines += [
-            f"| {a.what} | {_cell(a.target)} | {_cell(a.outcome)} | "
-            f"{'yes' if a.changed else 'no'} |"
-            for a in actions
-        ]
-    else:
-        lines.append("No action taken.")
+    lines += ["", "## Actions", "", *_actions_table(actions)]
     lines += ["", "## Restart", ""]
     if checkpoint is not None:
         lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
@@ -98,4 +90,48 @@ def triage_report(
         )
     if checkpoint is None and new_job is None:
         lines.append("- not restarted")
+    return "\n".join(lines) + "\n"
+
+
+def _actions_table(actions: Sequence[ActionRecord]) -> list[str]:
+    if not actions:
+        return ["No action taken."]
+    return [
+        "| action | target | outcome | changed |",
+        "|---|---|---|---|",
+        *(
+            f"| {a.what} | {_cell(a.target)} | {_cell(a.outcome)} | "
+            f"{'yes' if a.changed else 'no'} |"
+            for a in actions
+        ),
+    ]
+
+
+def rollback_report(
+    *,
+    job: JobInfo,
+    spike: LossRecord,
+    checkpoint: Checkpoint,
+    skip: tuple[int, int],
+    invalid: Sequence[Checkpoint],
+    actions: Sequence[ActionRecord],
+    new_job: JobInfo | None,
+    dry_run: bool,
+) -> str:
+    lines = [
+        f"# Rollback of job {job.job_id} ({job.name}){' — DRY RUN' if dry_run else ''}",
+        "",
+        f"- loss spike began at **step {spike.step}** (data batch {spike.batch}, loss "
+        f"{spike.loss:.4g})",
+        f"- newest valid checkpoint before it: **step {checkpoint.step}** (`{checkpoint.path}`)",
+        f"- data batches skipped on resubmission: **{skip[0]}-{skip[1]}**",
+        f"- steps lost: {max(spike.step - checkpoint.step, 0)}",
+    ]
+    lines += [f"- skipped invalid checkpoint step {c.step}: {c.problem}" for c in invalid]
+    lines += ["", "## Actions", "", *_actions_table(actions)]
+    if new_job is not None:
+        lines += [
+            "",
+            f"New job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}",
+        ]
     return "\n".join(lines) + "\n"

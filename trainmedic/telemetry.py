@@ -17,6 +17,7 @@ from trainmedic.models import GpuTelemetry
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
 NVLINK_ERRORS = (
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
@@ -53,7 +54,7 @@ def gpu_telemetry_from_samples(
 ) -> list[GpuTelemetry]:
     per_gpu: dict[tuple[str, int], dict[str, float]] = {}
     for name, labels, value in samples:
-        if name not in (TEMP, XID, ECC_DBE, *NVLINK_ERRORS):
+        if name not in (TEMP, XID, ECC_DBE, UTIL, *NVLINK_ERRORS):
             continue
         host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance", "")
         host = host.split(":")[0]
@@ -62,7 +63,12 @@ def gpu_telemetry_from_samples(
         if name in NVLINK_ERRORS:
             fields["nvlink_errors_total"] = fields.get("nvlink_errors_total", 0.0) + value
         else:
-            key = {TEMP: "temperature_c", XID: "xid_last", ECC_DBE: "ecc_dbe_total"}[name]
+            key = {
+                TEMP: "temperature_c",
+                XID: "xid_last",
+                ECC_DBE: "ecc_dbe_total",
+                UTIL: "gpu_utilization",
+            }[name]
             fields[key] = value
     return [
         GpuTelemetry(
@@ -72,6 +78,7 @@ def gpu_telemetry_from_samples(
             xid_last=int(f.get("xid_last", 0)),
             ecc_dbe_total=f.get("ecc_dbe_total", 0.0),
             nvlink_errors_total=f.get("nvlink_errors_total", 0.0),
+            gpu_utilization=f.get("gpu_utilization"),
         )
         for (host, gpu), f in sorted(per_gpu.items())
     ]

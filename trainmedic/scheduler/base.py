@@ -42,6 +42,11 @@ class Scheduler(ABC):
     def resume(self, node: str) -> bool:
         """Return a drained node to service. Returns False if it was not drained."""
 
+    @abstractmethod
+    def request_checkpoint(self, job_id: str) -> bool:
+        """Ask a running job to save a checkpoint now (the framework's save signal).
+        Returns False if the job is not running."""
+
     def resubmit(self, job_id: str, **changes: object) -> JobInfo:
         """Resubmit ``job_id`` with its spec updated by ``changes`` (resume step, excludes...)."""
         previous = self.job(job_id)

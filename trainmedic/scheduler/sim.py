@@ -24,7 +24,7 @@ from trainmedic.scheduler.base import Scheduler
 from trainmedic.sim._files import locked, read_json, write_json_atomic
 from trainmedic.sim.cluster import NodeFault, SimCluster
 
-JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving", "save_and_stop")
+JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")
 DATA_FAULTS = ("spike", "nan")
 
 
@@ -274,6 +274,14 @@ class SimScheduler(Scheduler):
             self._refresh(state)
             self._save(state)
             return True
+
+    def request_checkpoint(self, job_id: str) -> bool:
+        info = self.job(job_id)
+        if info.state.finished:
+            return False
+        # The simulated trainer polls for this file each step, as a real one handles SIGUSR1.
+        (Path(info.log_dir).parent / "save_request").touch()
+        return True
 
     # ------------------------------------------------------------------ simulation only
 

@@ -697,6 +697,15 @@ cd "$run_dir"
         self._check(["scancel", job_id])
         return True
 
+    def request_checkpoint(self, job_id: str) -> bool:
+        job = self.job(job_id)
+        if job.state.finished:
+            return False
+        # Megatron/NeMo-style jobs save on SIGUSR1 (Slurm's usual pre-emption signal); it
+        # goes to the batch step and every job step.
+        self._check(["scancel", "--signal=USR1", "--full", job.job_id])
+        return True
+
     def _node(self, node: str) -> NodeInfo:
         args = ["scontrol", "show", "node", "-o", node]
         proc = self._call(args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -26,12 +27,25 @@ FAMILIES = (
 )
 
 
+BUSY_WINDOW_S = 5.0
+
+
+def _utilization(node_dir: Path, now: float) -> int:
+    """Busy while a training process has stepped on this node in the last few seconds."""
+    try:
+        return 97 if now - (node_dir / "gpu_busy").stat().st_mtime < BUSY_WINDOW_S else 0
+    except OSError:
+        return 0
+
+
 def render_metrics(cluster: SimCluster) -> str:
     samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
     gpus = cluster.gpus_per_node
+    now = time.time()
     for status in cluster.statuses():
         if status.fault is NodeFault.down:
             continue
+        utilization = _utilization(cluster.nodes_dir / status.name, now)
         for gpu in range(gpus):
             faulty = gpu == status.gpu and status.fault is not NodeFault.healthy
             labels = (
@@ -48,7 +62,7 @@ def render_metrics(cluster: SimCluster) -> str:
                 "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (
                     1843 if faulty and status.fault is NodeFault.nvlink else 0
                 ),
-                "DCGM_FI_DEV_GPU_UTIL": 0,
+                "DCGM_FI_DEV_GPU_UTIL": utilization,
             }
             for name, value in values.items():
                 samples[name].append(f"{name}{{{labels}}} {value}")

@@ -9,6 +9,7 @@ timeout), when a bad data batch sends the loss off, or it hangs without a word.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -76,6 +77,14 @@ class Trainer:
             self.job_dir / "heartbeat",
             {"step": step, "batch": batch, "loss": loss, "time": time.time(), "pid": os.getpid()},
         )
+
+    def mark_gpus_busy(self) -> None:
+        # What DCGM sees as utilisation: the simulated exporter reads this marker.
+        if self.nodes_dir is None:
+            return
+        for node in self.nodes:
+            with contextlib.suppress(OSError):
+                (self.nodes_dir / node / "gpu_busy").touch()
 
     def finish(self, state: str, exit_code: int | None, reason: str = "") -> int:
         for handle in [*self._out.values(), *self._err.values()]:
@@ -156,12 +165,19 @@ class Trainer:
             with (self.job_dir / "loss.csv").open("a") as handle:
                 handle.write(f"{step},{batch},{'nan' if nan else round(loss, 6)}\n")
             self.heartbeat(step, batch, loss)
-            if step % self.spec.checkpoint_every == 0 or step == self.spec.steps:
+            if step % 10 == 1:
+                self.mark_gpus_busy()
+            requested = self.job_dir / "save_request"
+            if (
+                requested.exists()
+                or step % self.spec.checkpoint_every == 0
+                or (step == self.spec.steps)
+            ):
                 if self.save(step, batch, loss, faults) is not None:
                     return self.finish("FAILED", 1, "node failed while saving")
-                if self.job_fault().get("kind") == "save_and_stop":
-                    self.out(0).write(f"[{stamp()}] saved checkpoint on request; stopping\n")
-                    return self.finish("CANCELLED", 0, "stopped after save on request")
+                if requested.exists():
+                    requested.unlink()
+                    self.out(0).write(f"[{stamp()}] saved checkpoint on request (SIGUSR1)\n")
         self.out(0).write(f"[{stamp()}] training finished at iteration {self.spec.steps}\n")
         return self.finish("COMPLETED", 0)
 
@@ -328,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trainer = Trainer(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(trainer.finish("CANCELLED", 143, "SIGTERM")))
+    # SIGUSR1 = "save a checkpoint now", as Megatron/NeMo handle Slurm's pre-emption signal.
+    signal.signal(signal.SIGUSR1, lambda *_: (trainer.job_dir / "save_request").touch())
     return trainer.run()
 
 

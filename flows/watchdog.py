@@ -1,0 +1,111 @@
+"""Runbook `watchdog` (scheduled): find jobs that hang silently — no log line, no heartbeat,
+GPUs idle — which the study found only when a user happened to look, and raise `job.hung`
+for each, which triggers `triage`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.tasks import fetch_telemetry
+from trainmedic.events import emit
+from trainmedic.models import JobEvent, JobInfo, JobState
+from trainmedic.recovery import is_hung
+from trainmedic.scheduler import get_scheduler
+
+
+class WatchdogRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hang_timeout_s: float = Field(
+        default=600, gt=0, le=86_400, description="no heartbeat and no log line for this long"
+    )
+    dry_run: bool = False
+
+
+class HangFinding(BaseModel):
+    job_id: str
+    heartbeat_age_s: float | None
+    log_age_s: float | None
+    gpu_utilization_max: float | None
+    stalled_since: datetime  # last heartbeat or log line, whole seconds
+
+
+def _age(path: Path, now: float) -> float | None:
+    try:
+        return now - path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _log_age(job: JobInfo, now: float) -> float | None:
+    log_dir = Path(job.log_dir)
+    try:
+        newest = max((p.stat().st_mtime for p in log_dir.iterdir() if p.is_file()), default=None)
+    except OSError:
+        return None
+    return None if newest is None else now - newest
+
+
+@task(name="find-hung-jobs", cache_policy=NO_CACHE)
+def find_hung_jobs(timeout_s: float) -> list[HangFinding]:
+    now = time.time()
+    findings = []
+    for job in get_scheduler().jobs():
+        if job.state is not JobState.RUNNING:
+            continue
+        heartbeat_age = _age(Path(job.heartbeat_path), now)
+        log_age = _log_age(job, now)
+        utilization = [
+            s.gpu_utilization
+            for s in fetch_telemetry.fn(list(job.nodes))
+            if s.gpu_utilization is not None
+        ]
+        if is_hung(
+            heartbeat_age_s=heartbeat_age,
+            log_age_s=log_age,
+            timeout_s=timeout_s,
+            gpu_utilization=utilization,
+        ):
+            age = min(a for a in (heartbeat_age, log_age) if a is not None)
+            findings.append(
+                HangFinding(
+                    job_id=job.job_id,
+                    heartbeat_age_s=heartbeat_age,
+                    log_age_s=log_age,
+                    gpu_utilization_max=max(utilization) if utilization else None,
+                    stalled_since=datetime.fromtimestamp(int(now - age), UTC),
+                )
+            )
+    return findings
+
+
+@flow(name="watchdog", log_prints=True)
+def watchdog(request: WatchdogRequest) -> list[HangFinding]:
+    logger = get_run_logger()
+    findings = find_hung_jobs(request.hang_timeout_s)
+    for finding in findings:
+        age = min(a for a in (finding.heartbeat_age_s, finding.log_age_s) if a is not None)
+        logger.warning("job %s hangs: no progress for %.0f s", finding.job_id, age)
+        if not request.dry_run:
+            job = get_scheduler().job(finding.job_id)
+            # "occurred" is when progress stopped, not now: every watchdog pass that sees the
+            # same hang sends the same event id, which the server keeps once.
+            emit(
+                JobEvent(
+                    kind="job.hung",
+                    job_id=job.job_id,
+                    nodes=job.nodes,
+                    occurred=finding.stalled_since,
+                    reason=f"no heartbeat or log line for {age:.0f} s",
+                )
+            )
+    if not findings:
+        logger.info("no hung job (timeout %.0f s)", request.hang_timeout_s)
+    return findings
