@@ -7,6 +7,9 @@ load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -19,13 +22,17 @@ from flows.tasks import (
     drain_node,
     fetch_job_logs,
     fetch_telemetry,
+    job_lock,
     load_job,
     resubmit_job,
+    stop_job,
     verify_restart,
 )
 from trainmedic.diagnosis import LogSource, diagnose
+from trainmedic.ledger import DiagnosisLedger
 from trainmedic.models import Checkpoint, Diagnosis, GpuTelemetry, JobId, JobInfo, PlaybookResult
 from trainmedic.policy import attempts_so_far, plan_remediation
+from trainmedic.recovery import same_failure_streak
 from trainmedic.report import ActionRecord, triage_report
 from trainmedic.scheduler import get_scheduler
 from trainmedic.settings import get_settings
@@ -63,6 +70,9 @@ def classify_failure(
     log_files: list[str],
     diagnostics: PlaybookResult | None,
     telemetry: list[GpuTelemetry],
+    *,
+    heartbeat_age_s: float | None,
+    hang_after_s: float,
 ) -> Diagnosis:
     """Rank the evidence of every rank's logs, the nodes' kernel logs and the telemetry."""
     sources = [LogSource.from_path(path) for path in log_files]
@@ -72,7 +82,13 @@ def classify_failure(
             lines = [*found.get("xid_lines", []), *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
             if lines:
                 sources.append(LogSource.from_lines(f"{host}:kernel", lines, host=host))
-    diagnosis = diagnose(sources, telemetry=telemetry, exit_code=job.exit_code)
+    diagnosis = diagnose(
+        sources,
+        telemetry=telemetry,
+        exit_code=job.exit_code,
+        heartbeat_age_s=heartbeat_age_s,
+        hang_after_s=hang_after_s,
+    )
     get_run_logger().info(
         "diagnosis: %s on %s (confidence %.2f)",
         diagnosis.category,
@@ -82,8 +98,25 @@ def classify_failure(
     return diagnosis
 
 
+def _heartbeat_age(job: JobInfo) -> float | None:
+    """Seconds since the job last showed progress; None for a job that has ended."""
+    if job.state.finished:
+        return None
+    try:
+        return max(time.time() - Path(job.heartbeat_path).stat().st_mtime, 0.0)
+    except OSError:
+        return None
+
+
 @flow(name="triage", log_prints=True)
 def triage(request: TriageRequest) -> TriageResult:
+    # Two events for one job never remediate it twice at once; the second run waits, then
+    # finds the drain and the resubmission already done.
+    with job_lock(request.job_id):
+        return _triage(request)
+
+
+def _triage(request: TriageRequest) -> TriageResult:
     settings = get_settings()
     logger = get_run_logger()
     job = load_job(request.job_id)
@@ -94,17 +127,29 @@ def triage(request: TriageRequest) -> TriageResult:
     log_files = fetch_job_logs(job)
     diagnostics = collect_node_diagnostics(list(job.nodes), request.dry_run) if job.nodes else None
     telemetry = fetch_telemetry(list(job.nodes))
-    diagnosis = classify_failure(job, log_files, diagnostics, telemetry)
+    diagnosis = classify_failure(
+        job,
+        log_files,
+        diagnostics,
+        telemetry,
+        heartbeat_age_s=_heartbeat_age(job),
+        hang_after_s=settings.hang_timeout_s,
+    )
 
     scheduler = get_scheduler()
     history = scheduler.jobs()
-    drained = [n.name for n in scheduler.nodes() if n.state == "DRAINED"]
+    ledger = DiagnosisLedger(settings.home)
+    if not request.dry_run:
+        ledger.record(job.job_id, str(diagnosis.category))
+    categories = {**ledger.categories(), job.job_id: str(diagnosis.category)}
     plan = plan_remediation(
         diagnosis,
         job,
         attempts=attempts_so_far(job, history),
         retry_budget=settings.retry_budget,
-        drained=drained,
+        drained=[n.name for n in scheduler.nodes() if n.state == "DRAINED"],
+        same_failure_streak=same_failure_streak(job, history, categories),
+        crash_loop_after=settings.crash_loop_after,
     )
 
     actions: list[ActionRecord] = []
@@ -116,6 +161,13 @@ def triage(request: TriageRequest) -> TriageResult:
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
     if plan.restart and request.restart:
+        if not job.state.finished:
+            # A hung job still holds its nodes: stop it before its replacement starts.
+            actions.append(
+                stop_job(
+                    job, f"trainmedic triage {run_name}: {diagnosis.category}", request.dry_run
+                )
+            )
         checkpoint = choose_checkpoint(job)
         new_job = resubmit_job(
             job, checkpoint, list(plan.exclude), dict(plan.spec_changes), request.dry_run

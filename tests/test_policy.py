@@ -95,3 +95,17 @@ def test_every_category_has_a_layer_and_remediation() -> None:
         assert layer_of(category)
         assert remediation_for(category).summary
     assert remediation_for(Category.ScriptError).action is Action.notify_owner
+
+
+def test_crash_loop_stops_and_pages() -> None:
+    from trainmedic.recovery import same_failure_streak
+
+    history = [job("1"), job("2", prev="1"), job("3", prev="2")]
+    categories = {"1": "NCCLTimeout", "2": "NCCLTimeout", "3": "NCCLTimeout"}
+    streak = same_failure_streak(history[-1], history, categories)
+    assert streak == 3
+    assert same_failure_streak(history[-1], history, {**categories, "2": "ECCError"}) == 1
+    plan = plan_remediation(diagnosis(Category.NCCLTimeout), history[-1], attempts=2,
+                            same_failure_streak=streak, crash_loop_after=3)
+    assert not plan.restart and plan.page_oncall
+    assert any("crash loop" in r for r in plan.reasons)

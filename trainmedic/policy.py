@@ -65,6 +65,8 @@ def plan_remediation(
     attempts: int = 0,
     retry_budget: int = 3,
     drained: Collection[str] = (),
+    same_failure_streak: int = 1,
+    crash_loop_after: int = 3,
 ) -> Plan:
     action = diagnosis.remediation.action
     reasons: list[str] = [
@@ -88,6 +90,13 @@ def plan_remediation(
             page_oncall=action is Action.investigate,
             reasons=tuple(reasons),
         )
+
+    if same_failure_streak >= crash_loop_after:
+        reasons.append(
+            f"crash loop: the same {diagnosis.category} ended the last {same_failure_streak} runs "
+            "of this training job; stopping automatic resubmission and paging on-call"
+        )
+        return Plan(action=action, origin_node=origin, page_oncall=True, reasons=tuple(reasons))
 
     if attempts >= retry_budget:
         reasons.append(

@@ -19,9 +19,9 @@ from typing import Any
 
 from trainmedic import validate
 from trainmedic.errors import InputError, JobNotFound, SchedulerError
+from trainmedic.files import locked, read_json, write_json_atomic
 from trainmedic.models import JobInfo, JobSpec, JobState, NodeInfo, NodeState
 from trainmedic.scheduler.base import Scheduler
-from trainmedic.sim._files import locked, read_json, write_json_atomic
 from trainmedic.sim.cluster import NodeFault, SimCluster
 
 JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from trainmedic import validate
 from trainmedic.errors import InputError
+from trainmedic.files import read_json, write_json_atomic
 from trainmedic.settings import REPO_ROOT
-from trainmedic.sim._files import read_json, write_json_atomic
 
 MAX_NODES = 1024
 COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi")

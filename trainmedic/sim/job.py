@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TextIO
 
 from trainmedic.checkpoints import MANIFEST, checkpoint_dirname, sha256_file, verify
+from trainmedic.files import read_json, write_json_atomic
 from trainmedic.models import JobSpec
-from trainmedic.sim._files import read_json, write_json_atomic
 from trainmedic.sim.cluster import NodeFault, node_status
 
 SHARD_BYTES = 64 * 1024

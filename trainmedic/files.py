@@ -1,4 +1,4 @@
-"""Small file helpers shared by the simulated hardware (atomic JSON, locked updates)."""
+"""Small file helpers: atomic JSON writes and cross-process locks."""
 
 from __future__ import annotations
 
