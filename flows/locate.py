@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger, pause_flow_run, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -27,7 +27,7 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
 from prefect.runtime import flow_run
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from trainmedic import isolation, validate
 from trainmedic.ansible import Inventory, run_playbook
@@ -57,25 +57,45 @@ class LocateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    nodes: list[NodeName] = Field(
-        min_length=1, max_length=4096,
+    nodes: Annotated[
+        list[NodeName],
+        # The form and the deployment's schema take either; the validator expands both.
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "examples": ["node[001-016]"]},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ]
+            }
+        ),
+    ] = Field(
+        min_length=1,
+        max_length=4096,
         description="nodes to test: a Slurm host list such as node[001-016] or a list of names",
     )
     seed: int | None = Field(default=None, ge=0, description="pairing seed; default from names")
-    slow_ratio: float = Field(default=0.5, gt=0.0, le=1.0,
-                              description="slower than this share of the reference: slow")
+    slow_ratio: float = Field(
+        default=0.5, gt=0.0, le=1.0, description="slower than this share of the reference: slow"
+    )
     concurrency: int = Field(default=64, ge=1, le=512, description="tests running at once")
-    tests_per_run: int = Field(default=32, ge=1, le=512,
-                               description="pair tests per ansible-runner run")
+    tests_per_run: int = Field(
+        default=32, ge=1, le=512, description="pair tests per ansible-runner run"
+    )
     test_timeout_s: int | None = Field(
-        default=None, ge=5, le=3600,
+        default=None,
+        ge=5,
+        le=3600,
         description="kill a test after this long (default: the inventory's)",
     )
     dry_run: bool = Field(default=False, description="test and decide; drain nothing")
     isolate: bool = Field(default=False, description="drain and isolate what is found")
     policy: IsolationPolicy = Field(default_factory=IsolationPolicy)
-    approval_timeout_s: int = Field(default=3600, ge=10, le=7 * 86_400,
-                                    description="how long to wait for a human; then drain nothing")
+    approval_timeout_s: int = Field(
+        default=3600,
+        ge=10,
+        le=7 * 86_400,
+        description="how long to wait for a human; then drain nothing",
+    )
     job_id: JobId | None = Field(default=None, description="the job that led here, if any")
 
     @field_validator("nodes", mode="before")
@@ -99,10 +119,15 @@ class IsolationApproval(RunInput):
     decision: Literal["approve", "reject", "approve_subset"] = Field(
         description="approve all, reject all, or approve only the nodes listed"
     )
-    nodes: list[NodeName] = Field(default_factory=list,
-                                  description="for approve_subset: the nodes to drain")
-    note: str = Field(default="", max_length=200, pattern=validate.SAFE_TEXT_RE.pattern,
-                      description="why (goes into the report)")
+    nodes: list[NodeName] = Field(
+        default_factory=list, description="for approve_subset: the nodes to drain"
+    )
+    note: str = Field(
+        default="",
+        max_length=200,
+        pattern=validate.SAFE_TEXT_RE.pattern,
+        description="why (goes into the report)",
+    )
 
 
 class IsolationOutcome(BaseModel):
@@ -126,6 +151,7 @@ class LocateResult(BaseModel):
     rounds: int
     tests_run: int
     wall_s: float
+    round_wall_s: list[float]
     reference_gbps: float | None
     isolation: IsolationOutcome | None
     flow_run_id: str | None
@@ -134,8 +160,12 @@ class LocateResult(BaseModel):
     def summary(self) -> dict[str, object]:
         """The CLI's --json object."""
         return {
-            "faulty": self.faulty, "slow": self.slow, "undetermined": self.undetermined,
-            "rounds": self.rounds, "tests_run": self.tests_run, "wall_s": round(self.wall_s, 3),
+            "faulty": self.faulty,
+            "slow": self.slow,
+            "undetermined": self.undetermined,
+            "rounds": self.rounds,
+            "tests_run": self.tests_run,
+            "wall_s": round(self.wall_s, 3),
             "drained": self.isolation.drained if self.isolation else [],
             "flow_run_id": self.flow_run_id,
         }
@@ -196,8 +226,12 @@ def run_pair_tests(
     # The tests' own timeout kills a hung test; this one only catches a stuck Ansible.
     overall = (test_timeout_s or settings.playbook_timeout_s) + 120
     result = run_playbook(
-        "nccl_pair_test.yml", [g[0] for g in groups], extravars,
-        check=check, timeout_s=overall, settings=run_settings,
+        "nccl_pair_test.yml",
+        [g[0] for g in groups],
+        extravars,
+        check=check,
+        timeout_s=overall,
+        settings=run_settings,
     )
     return [pair_result(g, result, test_timeout_s) for g in groups]
 
@@ -208,24 +242,31 @@ def drain_convicted_node(node: str, reason: str, ledger_flow_run: str) -> Action
     reason = validate.safe_text(reason, "reason")
     changed = get_scheduler().drain(node, reason)
     if changed:
-        record = isolation.DrainRecord(node=node, at=datetime.now(UTC),
-                                       flow_run=ledger_flow_run, reason=reason)
+        record = isolation.DrainRecord(
+            node=node, at=datetime.now(UTC), flow_run=ledger_flow_run, reason=reason
+        )
         path = _ledger_path(get_settings())
         path.parent.mkdir(parents=True, exist_ok=True)
         # One short O_APPEND write per record: concurrent runbooks do not tear lines.
         with path.open("a") as handle:
             handle.write(isolation.ledger_line(record))
-    get_run_logger().warning("drain %s: %s (%s)", node,
-                             "drained" if changed else "already drained", reason)
-    return ActionRecord(what="drain", target=node, changed=changed,
-                        outcome=f"drained: {reason}" if changed else "already drained")
+    get_run_logger().warning(
+        "drain %s: %s (%s)", node, "drained" if changed else "already drained", reason
+    )
+    return ActionRecord(
+        what="drain",
+        target=node,
+        changed=changed,
+        outcome=f"drained: {reason}" if changed else "already drained",
+    )
 
 
 @task(name="isolate-nodes", cache_policy=NO_CACHE)
 def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
     """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
-    return run_playbook("isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason},
-                        check=dry_run)
+    return run_playbook(
+        "isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason}, check=dry_run
+    )
 
 
 def _ledger_path(settings: Settings) -> Path:
@@ -240,8 +281,9 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
     settings = get_settings()
     logger = get_run_logger()
     nodes = Inventory(settings.inventory).check(request.nodes)
-    logger.info("locating faulty and slow nodes among %d: %s", len(nodes),
-                validate.compress_nodelist(nodes))
+    logger.info(
+        "locating faulty and slow nodes among %d: %s", len(nodes), validate.compress_nodelist(nodes)
+    )
 
     def run_round(groups: Sequence[Group]) -> list[PairResult]:
         results: list[PairResult] = []
@@ -253,20 +295,34 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
             results += [r for f in futures for r in f.result()]
         return results
 
+    round_wall_s: list[float] = []
+    mark = [time.monotonic()]
+
     def publish_round(record: RoundRecord) -> None:
+        # Called once a round and its retries are done: the time since the previous call
+        # is the round's wall time.
+        now = time.monotonic()
+        round_wall_s.append(round(now - mark[0], 3))
+        mark[0] = now
         create_table_artifact(
             key=f"locate-round-{record.index}",
             table=[_row(r) for r in record.rows()],
-            description=f"Pair tests of round {record.index}: {len(record.groups)} groups, "
-            f"faulty {list(record.faulty)}, slow {list(record.slow)}",
+            description=f"Pair tests of round {record.index}: {len(record.groups)} groups "
+            f"in {round_wall_s[-1]:.1f} s, faulty {list(record.faulty)}, slow {list(record.slow)}",
         )
-        logger.info("round %d: %d tests, %d retried; convicted faulty %s slow %s",
-                    record.index, len(record.groups), record.retried,
-                    list(record.faulty), list(record.slow))
+        logger.info(
+            "round %d: %d tests, %d retried; convicted faulty %s slow %s",
+            record.index,
+            len(record.groups),
+            record.retried,
+            list(record.faulty),
+            list(record.slow),
+        )
 
-    started = time.monotonic()
-    report = locate(nodes, run_round, seed=request.seed, slow_ratio=request.slow_ratio,
-                    on_round=publish_round)
+    started = mark[0]
+    report = locate(
+        nodes, run_round, seed=request.seed, slow_ratio=request.slow_ratio, on_round=publish_round
+    )
     wall_s = time.monotonic() - started
 
     outcome = None
@@ -274,15 +330,24 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
         outcome = _isolate(report, request, settings)
 
     key = "locate-summary"
-    create_markdown_artifact(key=key, markdown=_markdown(report, wall_s, outcome, request),
-                             description=f"Locate: faulty {list(report.faulty)}, "
-                             f"slow {list(report.slow)}")
+    create_markdown_artifact(
+        key=key,
+        markdown=_markdown(report, wall_s, outcome, request),
+        description=f"Locate: faulty {list(report.faulty)}, slow {list(report.slow)}",
+    )
     context = FlowRunContext.get()
     return LocateResult(
-        nodes=list(report.nodes), faulty=list(report.faulty), slow=list(report.slow),
-        healthy=list(report.healthy), undetermined=list(report.undetermined),
-        rounds=report.rounds, tests_run=report.tests_run, wall_s=wall_s,
-        reference_gbps=report.reference_gbps, isolation=outcome,
+        nodes=list(report.nodes),
+        faulty=list(report.faulty),
+        slow=list(report.slow),
+        healthy=list(report.healthy),
+        undetermined=list(report.undetermined),
+        rounds=report.rounds,
+        tests_run=report.tests_run,
+        wall_s=wall_s,
+        round_wall_s=round_wall_s,
+        reference_gbps=report.reference_gbps,
+        isolation=outcome,
         flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
         report_key=key,
     )
@@ -297,8 +362,9 @@ def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -
     path = _ledger_path(settings)
     ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
     recent = isolation.recent_drains(ledger, datetime.now(UTC), request.policy.window_s)
-    decision = isolation.decide_isolation(candidates, cluster_size=len(cluster), drained=drained,
-                                          recent=recent, policy=request.policy)
+    decision = isolation.decide_isolation(
+        candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=request.policy
+    )
     logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
 
     approved, ignored, decided_by = _approve(decision, request)
@@ -316,13 +382,20 @@ def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -
         result = isolate_nodes(approved, f"locate-faulty-nodes {run_name}", request.dry_run)
         for host, facts in result.facts.items():
             found = facts.get("trainmedic_isolation")
-            evidence[host] = {"outcome": str(result.hosts.get(host)),
-                              **(found if isinstance(found, dict) else {})}
+            evidence[host] = {
+                "outcome": str(result.hosts.get(host)),
+                **(found if isinstance(found, dict) else {}),
+            }
     return IsolationOutcome(
-        mode=decision.mode, decided_by=decided_by, candidates=candidates, approved=approved,
+        mode=decision.mode,
+        decided_by=decided_by,
+        candidates=candidates,
+        approved=approved,
         drained=[a.target for a in actions if a.changed],
-        already_drained=list(decision.already_drained), reasons=list(decision.reasons),
-        ignored=ignored, evidence=evidence,
+        already_drained=list(decision.already_drained),
+        reasons=list(decision.reasons),
+        ignored=ignored,
+        evidence=evidence,
     )
 
 
@@ -338,14 +411,16 @@ def _approve(
         # Nothing will be drained anyway: show the evidence as if a human had said yes.
         return list(decision.nodes), [], "dry run (approval would be asked)"
     logger = get_run_logger()
-    prompt = "\n".join([
-        f"### Drain {len(decision.nodes)} node(s)? {', '.join(decision.nodes)}",
-        "",
-        *[f"- {reason}" for reason in decision.reasons],
-        "",
-        "`approve` all, `reject` all, or `approve_subset` with the nodes to drain. "
-        f"No answer within {request.approval_timeout_s} s: nothing is drained.",
-    ])
+    prompt = "\n".join(
+        [
+            f"### Drain {len(decision.nodes)} node(s)? {', '.join(decision.nodes)}",
+            "",
+            *[f"- {reason}" for reason in decision.reasons],
+            "",
+            "`approve` all, `reject` all, or `approve_subset` with the nodes to drain. "
+            f"No answer within {request.approval_timeout_s} s: nothing is drained.",
+        ]
+    )
     try:
         answer = pause_flow_run(
             wait_for_input=IsolationApproval.with_initial_data(
@@ -368,9 +443,15 @@ def _approve(
 
 
 def _row(row: dict[str, object]) -> dict[str, object]:
-    return {"pair": row["nodes"], "result": row["verdict"], "busbw_gbps": row["busbw_gbps"],
-            "round": row["round"], "role": row["role"], "attempts": row["attempts"],
-            "error": row["error"]}
+    return {
+        "pair": row["nodes"],
+        "result": row["verdict"],
+        "busbw_gbps": row["busbw_gbps"],
+        "round": row["round"],
+        "role": row["role"],
+        "attempts": row["attempts"],
+        "error": row["error"],
+    }
 
 
 def _cell(text: object) -> str:
@@ -424,8 +505,11 @@ def _markdown(
             lines.append(f"- ignored (not convicted): {names(outcome.ignored)}")
         for host, found in outcome.evidence.items():
             lines += ["", f"### {host} ({found.get('outcome')})", ""]
-            for title, field in (("Xid lines", "xid_lines"), ("nvidia-smi", "nvidia_smi"),
-                                 ("dcgmi diag -r 1", "dcgmi")):
+            for title, field in (
+                ("Xid lines", "xid_lines"),
+                ("nvidia-smi", "nvidia_smi"),
+                ("dcgmi diag -r 1", "dcgmi"),
+            ):
                 value = found.get(field) or []
                 body = "\n".join(str(v) for v in value) if isinstance(value, list) else str(value)
                 lines += [f"{title}:", "", "```", body or "(nothing)", "```", ""]

@@ -18,13 +18,18 @@ from trainmedic.events import emit
 from trainmedic.models import JobEvent, JobInfo, JobState
 from trainmedic.recovery import is_hung
 from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import get_settings
 
 
 class WatchdogRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    hang_timeout_s: float = Field(
-        default=600, gt=0, le=86_400, description="no heartbeat and no log line for this long"
+    hang_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="no heartbeat and no log line for this long (default: the setting "
+        "TRAINMEDIC_HANG_TIMEOUT_S, which triage uses too)",
     )
     dry_run: bool = False
 
@@ -89,7 +94,8 @@ def find_hung_jobs(timeout_s: float) -> list[HangFinding]:
 @flow(name="watchdog", log_prints=True)
 def watchdog(request: WatchdogRequest) -> list[HangFinding]:
     logger = get_run_logger()
-    findings = find_hung_jobs(request.hang_timeout_s)
+    timeout_s = request.hang_timeout_s or get_settings().hang_timeout_s
+    findings = find_hung_jobs(timeout_s)
     for finding in findings:
         age = min(a for a in (finding.heartbeat_age_s, finding.log_age_s) if a is not None)
         logger.warning("job %s hangs: no progress for %.0f s", finding.job_id, age)
@@ -107,5 +113,5 @@ def watchdog(request: WatchdogRequest) -> list[HangFinding]:
                 )
             )
     if not findings:
-        logger.info("no hung job (timeout %.0f s)", request.hang_timeout_s)
+        logger.info("no hung job (timeout %.0f s)", timeout_s)
     return findings

@@ -171,6 +171,43 @@ def _ui_link(flow_run_id: object) -> str:
     return f"{os.environ['PREFECT_UI_URL'].rstrip('/')}/runs/flow-run/{flow_run_id}"
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from trainmedic.stack import apply_prefect_env
+
+    settings = get_settings()
+    apply_prefect_env(settings)
+    from trainmedic.events import emit
+    from trainmedic.intake import Intake
+    from trainmedic.scheduler import get_scheduler
+
+    intake = Intake(get_scheduler(settings), settings.home, emit, backfill=args.backfill)
+    while True:
+        for event in intake.poll():
+            print(f"{event.kind} job {event.job_id} ({event.reason or 'no reason'})", flush=True)
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from trainmedic.stack import apply_prefect_env
+
+    apply_prefect_env(get_settings())
+    from trainmedic.events import emit
+    from trainmedic.models import JobEvent
+    from trainmedic.validate import expand_nodelist
+
+    event = JobEvent(
+        kind=args.kind if args.kind.startswith("job.") else f"job.{args.kind}",
+        job_id=args.job,
+        step=args.step,
+        reason=args.reason,
+        nodes=tuple(expand_nodelist(args.nodes)) if args.nodes else (),
+    )
+    print(emit(event))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from trainmedic.demo import run_demo
 
@@ -178,6 +215,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- parser
+
+
+def _add_sim_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sim = add("sim", cmd_sim, "the simulated cluster (hardware faults, jobs)")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    create = sim_sub.add_parser("create", help="create N healthy nodes and their inventory")
+    create.add_argument("--nodes", type=int, default=16)
+    create.add_argument("--gpus-per-node", type=int, default=4)
+    inject = sim_sub.add_parser("inject", help="put a node into a fault state")
+    inject.add_argument("node")
+    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat")
+    inject.add_argument("--gpu", type=int, default=0)
+    repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
+    repair.add_argument("node")
+    status = sim_sub.add_parser("status", help="nodes with fault and scheduler state")
+    status.add_argument("--json", action="store_true")
+    submit = sim_sub.add_parser("submit", help="submit a simulated training job")
+    submit.add_argument("--name", default="pretrain")
+    submit.add_argument("--nodes", type=int, default=4)
+    submit.add_argument("--steps", type=int, default=400)
+    submit.add_argument("--checkpoint-every", type=int, default=50)
+    submit.add_argument("--json", action="store_true")
+    fault = sim_sub.add_parser("job-fault", help="make a job hang/crash, or poison a batch")
+    fault.add_argument("job_id")
+    fault.add_argument("kind")
+    fault.add_argument("--batch", type=int)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +271,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the server afterwards (default: leave it up to explore the UI)",
     )
 
+    watch = add("watch", cmd_watch, "intake: report the scheduler's job failures as events")
+    watch.add_argument("--interval", type=float, default=10.0, help="seconds between polls")
+    watch.add_argument("--once", action="store_true", help="one pass, then exit")
+    watch.add_argument(
+        "--backfill",
+        action="store_true",
+        help="also report failures that happened before the first pass",
+    )
+
+    emit_parser = add(
+        "emit",
+        cmd_emit,
+        "send a job event (how a training framework reports "
+        "a loss spike: `trainmedic emit loss_spike --job 1234 --step 5100`)",
+    )
+    emit_parser.add_argument("kind", help="failed|node_fail|timeout|loss_spike|nan_loss|hung")
+    emit_parser.add_argument("--job", required=True)
+    emit_parser.add_argument("--step", type=int)
+    emit_parser.add_argument("--reason", default="")
+    emit_parser.add_argument("--nodes", help="node list, e.g. node[001-004]")
+
     triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
     triage.add_argument("job_id")
     triage.add_argument("--dry-run", action="store_true", help="diagnose and plan only")
@@ -216,29 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     triage.add_argument("--json", action="store_true")
 
-    sim = add("sim", cmd_sim, "the simulated cluster (hardware faults, jobs)")
-    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
-    create = sim_sub.add_parser("create", help="create N healthy nodes and their inventory")
-    create.add_argument("--nodes", type=int, default=16)
-    create.add_argument("--gpus-per-node", type=int, default=4)
-    inject = sim_sub.add_parser("inject", help="put a node into a fault state")
-    inject.add_argument("node")
-    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat")
-    inject.add_argument("--gpu", type=int, default=0)
-    repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
-    repair.add_argument("node")
-    status = sim_sub.add_parser("status", help="nodes with fault and scheduler state")
-    status.add_argument("--json", action="store_true")
-    submit = sim_sub.add_parser("submit", help="submit a simulated training job")
-    submit.add_argument("--name", default="pretrain")
-    submit.add_argument("--nodes", type=int, default=4)
-    submit.add_argument("--steps", type=int, default=400)
-    submit.add_argument("--checkpoint-every", type=int, default=50)
-    submit.add_argument("--json", action="store_true")
-    fault = sim_sub.add_parser("job-fault", help="make a job hang/crash, or poison a batch")
-    fault.add_argument("job_id")
-    fault.add_argument("kind")
-    fault.add_argument("--batch", type=int)
+    _add_sim_parser(add)
 
     for module in ("trainmedic.diagnosis.cli", "trainmedic.locate_cli"):
         try:

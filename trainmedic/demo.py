@@ -3,7 +3,6 @@ injected GPU fault, the failure event, and the triage run that the event trigger
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -23,7 +22,6 @@ def say(message: str) -> None:
 def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> int:
     started = time.monotonic()
     settings = get_settings()
-    os.environ.setdefault("TRAINMEDIC_TELEMETRY_URL", "http://127.0.0.1:9400/metrics")
     apply_prefect_env(settings)
 
     from trainmedic.events import emit

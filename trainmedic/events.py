@@ -45,6 +45,16 @@ def to_prefect_event(event: JobEvent, *, event_id: uuid.UUID | None = None) -> d
     }
 
 
+def _active_prefect_api_url() -> str:
+    """Inside a flow run (or a Prefect settings context) the API URL lives in Prefect's
+    settings rather than the environment; senders without Prefect installed never get here."""
+    try:
+        from prefect.settings import PREFECT_API_URL
+    except ImportError:
+        return ""
+    return str(PREFECT_API_URL.value() or "")
+
+
 def emit(
     event: JobEvent,
     *,
@@ -53,7 +63,7 @@ def emit(
     transport: httpx.BaseTransport | None = None,
 ) -> str:
     """Send one job event to the Prefect API; returns the Prefect event id."""
-    api_url = api_url or os.environ.get("PREFECT_API_URL", "")
+    api_url = api_url or os.environ.get("PREFECT_API_URL") or _active_prefect_api_url()
     if not api_url:
         raise ServerError("PREFECT_API_URL is not set: where should the event go?")
     body = to_prefect_event(event)

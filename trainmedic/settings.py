@@ -34,6 +34,9 @@ class Settings(BaseSettings):
         "postgresql+asyncpg://prefect:***@db/prefect; SQLite under home when unset",
     )
 
+    # The simulated cluster's DCGM exporter (started by `trainmedic up` on the sim).
+    sim_exporter_port: int = Field(default=9400, ge=1, le=65535)
+
     # Telemetry (Prometheus text format, DCGM exporter metric names).
     telemetry_url: HttpUrl | None = None
     http_timeout_s: float = Field(default=10.0, gt=0, le=300)

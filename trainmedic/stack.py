@@ -129,6 +129,11 @@ class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.env = prefect_env(settings)
+        if settings.scheduler == "sim" and settings.telemetry_url is None:
+            # The runbooks read the simulated cluster's exporter unless told otherwise.
+            self.env["TRAINMEDIC_TELEMETRY_URL"] = (
+                f"http://127.0.0.1:{settings.sim_exporter_port}/metrics"
+            )
         run_dir = settings.home / "run"
         prefect = str(Path(sys.executable).parent / "prefect")
         self.server = Service(
@@ -169,7 +174,7 @@ class Stack:
                 "--sim-home",
                 str(settings.sim_home),
                 "--port",
-                "9400",
+                str(settings.sim_exporter_port),
             ],
             run_dir,
         )

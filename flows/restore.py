@@ -1,0 +1,195 @@
+"""Runbook `restore-node`: a repaired node goes back into service only after it passes.
+
+    node drained? → pick a known-healthy partner (IDLE, not drained) → pair test with it,
+    alongside a reference test between two other idle nodes when there are any (same run,
+    no extra wall time) → pass: resume in the scheduler and remove the isolation marker;
+    fail: keep it drained and say why → Markdown report
+
+"Pass" means what it means in the locate runbook: the test completes, at no less than
+``slow_ratio`` of the reference bus bandwidth (a repaired link that is still slow stays out).
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.locate import run_pair_tests
+from trainmedic.ansible import Inventory, run_playbook
+from trainmedic.errors import InputError
+from trainmedic.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
+from trainmedic.pairing import Group, Verdict, judge_round
+from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import get_settings
+
+__all__ = ["RestoreRequest", "RestoreResult", "choose_partners", "restore_node"]
+
+
+class RestoreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node: NodeName = Field(description="the drained node to return to service")
+    partner: NodeName | None = Field(default=None, description="test partner (IDLE, not drained)")
+    slow_ratio: float = Field(default=0.5, gt=0.0, le=1.0)
+    reference_gbps: float | None = Field(
+        default=None, gt=0, description="nominal pair bus bandwidth; default: measured now"
+    )
+    test_timeout_s: int | None = Field(default=None, ge=5, le=3600)
+    dry_run: bool = Field(default=False, description="test, but change nothing")
+
+
+class RestoreResult(BaseModel):
+    node: str
+    partner: str | None
+    restored: bool
+    verdict: str
+    reason: str
+    busbw_gbps: float | None
+    reference_gbps: float | None
+    report_key: str
+
+
+def choose_partners(
+    node: str, nodes: list[NodeInfo], partner: str | None = None
+) -> tuple[str, Group | None]:
+    """The test partner, and a reference pair of two other idle nodes when there are two.
+
+    Only IDLE nodes qualify: a drained or down node is not known healthy, and an allocated
+    one is running someone's training."""
+    idle = sorted(n.name for n in nodes if n.state is NodeState.IDLE and n.name != node)
+    if partner is not None:
+        if partner == node:
+            raise InputError("partner", partner, "cannot be the node itself")
+        if partner not in idle:
+            state = next((str(n.state) for n in nodes if n.name == partner), "unknown")
+            raise InputError("partner", partner, f"not IDLE (it is {state}): not known healthy")
+    elif idle:
+        partner = idle[0]
+    else:
+        raise InputError("partner", None, "no IDLE node to test with")
+    others = [n for n in idle if n != partner]
+    return partner, (others[0], others[1]) if len(others) >= 2 else None
+
+
+@task(name="unisolate-node", cache_policy=NO_CACHE)
+def unisolate_node(node: str, reason: str, dry_run: bool) -> PlaybookResult:
+    """playbooks/isolate_node.yml with state absent: remove the isolation marker."""
+    return run_playbook(
+        "isolate_node.yml",
+        [node],
+        {"trainmedic_isolation_state": "absent", "trainmedic_isolation_reason": reason},
+        check=dry_run,
+    )
+
+
+@flow(name="restore-node", log_prints=True)
+def restore_node(request: RestoreRequest) -> RestoreResult:
+    settings = get_settings()
+    logger = get_run_logger()
+    node = Inventory(settings.inventory).check([request.node], "node")[0]
+    scheduler = get_scheduler()
+    nodes = scheduler.nodes()
+    current = next((n for n in nodes if n.name == node), None)
+    result = RestoreResult(
+        node=node,
+        partner=None,
+        restored=False,
+        verdict="",
+        reason="",
+        busbw_gbps=None,
+        reference_gbps=request.reference_gbps,
+        report_key=f"restore-{node}",
+    )
+
+    if current is None or current.state is not NodeState.DRAINED:
+        state = current.state if current else "unknown to the scheduler"
+        return _finish(
+            result, request, verdict="not drained", reason=f"{node} is {state}: nothing to restore"
+        )
+    logger.info("restoring %s (drained: %s)", node, current.reason)
+
+    partner, reference_pair = choose_partners(node, nodes, request.partner)
+    # The node leads its test: if it is down, that is an unreachable host at once rather
+    # than a partner waiting for it until the test timeout.
+    groups: list[Group] = [(node, partner)]
+    if request.reference_gbps is None and reference_pair is not None:
+        groups.append(reference_pair)
+    results = run_pair_tests(groups, request.test_timeout_s, request.dry_run)
+    test = next(r for r in results if set(r.nodes) == {node, partner})
+    reference = request.reference_gbps or _reference(results, node)
+    verdict = judge_round([test], request.slow_ratio, reference)[0]
+    result = result.model_copy(
+        update={"partner": partner, "busbw_gbps": test.busbw_gbps, "reference_gbps": reference}
+    )
+
+    if verdict is Verdict.ERROR:
+        return _finish(
+            result,
+            request,
+            verdict="kept drained: error",
+            reason=f"pair test with {partner}: {test.error}",
+        )
+    if verdict is Verdict.SLOW:
+        return _finish(
+            result,
+            request,
+            verdict="kept drained: slow",
+            reason=f"pair test with {partner}: busbw {test.busbw_gbps} GB/s "
+            f"< {request.slow_ratio} x {reference} GB/s",
+        )
+    if reference is None:
+        logger.warning("no reference bandwidth (no other idle pair): only errors are detected")
+    passed = f"pair test with {partner} passed"
+    if request.dry_run:
+        return _finish(result, request, verdict="would restore (dry run)", reason=passed)
+    scheduler.resume(node)
+    unisolate_node(node, f"restore-node {flow_run.get_name() or 'local'}", dry_run=False)
+    return _finish(result, request, verdict="restored", reason=passed, restored=True)
+
+
+def _reference(results: list[PairResult], node: str) -> float | None:
+    others = [r for r in results if node not in r.nodes and r.ok]
+    return others[0].busbw_gbps if others else None
+
+
+def _finish(
+    result: RestoreResult,
+    request: RestoreRequest,
+    *,
+    verdict: str,
+    reason: str,
+    restored: bool = False,
+) -> RestoreResult:
+    result = result.model_copy(update={"verdict": verdict, "reason": reason, "restored": restored})
+    log = get_run_logger()
+    (log.info if restored else log.warning)("%s: %s (%s)", result.node, verdict, reason)
+    create_markdown_artifact(
+        key=result.report_key,
+        markdown=_markdown(result, request.dry_run),
+        description=f"Restore {result.node}: {verdict}",
+    )
+    return result
+
+
+def _markdown(result: RestoreResult, dry_run: bool) -> str:
+    def gbps(value: float | None) -> str:
+        return f"{value} GB/s" if value is not None else "—"
+
+    return "\n".join(
+        [
+            f"# Restore {result.node}{' — DRY RUN' if dry_run else ''}",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| outcome | **{result.verdict}** |",
+            f"| why | {result.reason.replace('|', '/')} |",
+            f"| partner | {result.partner or '—'} |",
+            f"| bus bandwidth | {gbps(result.busbw_gbps)} |",
+            f"| reference | {gbps(result.reference_gbps)} |",
+            f"| back in service | {'yes' if result.restored else 'no'} |",
+            "",
+        ]
+    )
