@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from trainmedic.models import Checkpoint, Diagnosis, JobInfo, PlaybookResult
+from trainmedic.models import Checkpoint, Diagnosis, Evidence, JobInfo, PlaybookResult
 from trainmedic.policy import Plan
 from trainmedic.recovery import LossRecord
 
@@ -56,14 +56,19 @@ def triage_report(
     if rem.hints:
         lines += ["", "Hints: " + "; ".join(f"`{h}`" for h in rem.hints)]
     lines += ["", "## Evidence", ""]
-    if diagnosis.evidence:
+    # A line read by two signatures (Xid 79 and "fallen off the bus") is shown once, with
+    # both names.
+    by_place: dict[tuple[str, int], list[Evidence]] = {}
+    for ev in diagnosis.evidence:
+        by_place.setdefault((ev.file, ev.line), []).append(ev)
+    if by_place:
         lines += ["| file | line | signature | text |", "|---|---|---|---|"]
-        for ev in diagnosis.evidence[:MAX_EVIDENCE]:
-            lines.append(
-                f"| {_cell(ev.file)} | {ev.line} | {_cell(ev.signature)} | `{_cell(ev.text)}` |"
-            )
-        if len(diagnosis.evidence) > MAX_EVIDENCE:
-            lines.append(f"\n…and {len(diagnosis.evidence) - MAX_EVIDENCE} more evidence lines.")
+        for same in list(by_place.values())[:MAX_EVIDENCE]:
+            ev = same[0]
+            names = ", ".join(e.signature for e in same)
+            lines.append(f"| {_cell(ev.file)} | {ev.line} | {_cell(names)} | `{_cell(ev.text)}` |")
+        if len(by_place) > MAX_EVIDENCE:
+            lines.append(f"\n…and {len(by_place) - MAX_EVIDENCE} more evidence lines.")
     else:
         lines.append("No log line matched a signature.")
     if diagnostics is not None:
