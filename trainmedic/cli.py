@@ -135,34 +135,174 @@ def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
             time.sleep(1)
 
 
-def cmd_triage(args: argparse.Namespace) -> int:
+def _run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
+    """Start a runbook through its deployment (so it runs on the worker and shows in the UI),
+    show its progress, and return 0 when it completed."""
+    from prefect.deployments import run_deployment
+
+    parameters = {"request": request.model_dump(mode="json")}  # type: ignore[attr-defined]
+    run = run_deployment(deployment, parameters=parameters, timeout=0)
+    print(f"started {run.name}: {_ui_link(run.id)}", file=sys.stderr)
+    final = _wait_for_run(run.id, quiet=as_json)
+    state = final.state  # type: ignore[attr-defined]
+    result: object = None
+    if state.is_completed():
+        try:
+            result = state.result()
+        except Exception:  # the result lives with the worker when not persisted
+            result = None
+    summary = {
+        "flow_run_id": str(run.id),
+        "name": run.name,
+        "state": state.name,
+        "url": _ui_link(run.id),
+        "result": result.model_dump(mode="json") if hasattr(result, "model_dump") else result,
+        "message": state.message,
+    }
+    if as_json:
+        _print_json(summary)
+    else:
+        print(f"{run.name}: {state.name}" + (f" — {state.message}" if state.message else ""))
+    return 0 if state.is_completed() else 1
+
+
+def _with_prefect() -> None:
     from trainmedic.stack import apply_prefect_env
 
     apply_prefect_env(get_settings())
-    from flows.triage import TriageRequest
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    _with_prefect()
+    from flows.triage import TriageRequest, triage
 
     request = TriageRequest(job_id=args.job_id, dry_run=args.dry_run, event="manual")
     if args.local:
-        from flows.triage import triage
-
         result = triage(request)
         _print_json(result.model_dump()) if args.json else print(result)
         return 0
-    from prefect.deployments import run_deployment
+    return _run_runbook("triage/triage", request, as_json=args.json)
 
-    run = run_deployment("triage/triage", parameters={"request": request.model_dump()}, timeout=0)
-    print(f"started {run.name}: {_ui_link(run.id)}", file=sys.stderr)
-    final = _wait_for_run(run.id, quiet=args.json)
-    ok = final.state.is_completed()  # type: ignore[attr-defined]
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    _with_prefect()
+    from flows.restart import RestartRequest
+
+    request = RestartRequest(
+        job_id=args.job_id, from_checkpoint=args.from_checkpoint, dry_run=args.dry_run
+    )
+    return _run_runbook("restart/restart", request, as_json=args.json)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    _with_prefect()
+    from flows.restore import RestoreRequest
+
+    request = RestoreRequest(node=args.node, partner=args.partner, dry_run=args.dry_run)
+    return _run_runbook("restore-node/restore-node", request, as_json=args.json)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    _with_prefect()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.responses import SetStateStatus
+
+    from trainmedic.validate import expand_nodelist
+
+    nodes = expand_nodelist(args.nodes) if args.nodes else []
+    with get_client(sync_client=True) as client:
+        run = _find_run(client, args.run)
+        flow_name = client.read_flow(run.flow_id).name
+        if not run.state or not run.state.is_paused():
+            raise InputError(
+                "run",
+                args.run,
+                f"is {run.state.name if run.state else '?'}, not paused for approval",
+            )
+        if flow_name == "locate-faulty-nodes":
+            decision = "reject" if args.reject else ("approve_subset" if nodes else "approve")
+            run_input: dict[str, object] = {"decision": decision, "nodes": nodes, "note": args.note}
+        elif flow_name == "rollback":
+            if nodes:
+                raise InputError("nodes", args.nodes, "a rollback approval takes no nodes")
+            run_input = {"approve": not args.reject, "note": args.note}
+        else:
+            raise InputError("run", args.run, f"flow {flow_name!r} takes no approval")
+        response = client.resume_flow_run(run.id, run_input=run_input)
+    if response.status == SetStateStatus.REJECT:
+        reason = response.details.reason if hasattr(response.details, "reason") else ""
+        expired = response.state is not None and response.state.type == StateType.FAILED
+        raise InputError(
+            "run",
+            args.run,
+            "approval window has passed" if expired else f"server refused the answer: {reason}",
+        )
+    answer = "rejected" if args.reject else "approved" + (f" {', '.join(nodes)}" if nodes else "")
     if args.json:
         _print_json(
-            {
-                "flow_run_id": str(run.id),
-                "state": final.state.name,  # type: ignore[attr-defined]
-                "url": _ui_link(run.id),
-            }
+            {"flow_run_id": str(run.id), "name": run.name, "answer": answer, "run_input": run_input}
         )
-    return 0 if ok else 1
+    else:
+        print(f"{run.name} ({flow_name}): {answer}")
+    return 0
+
+
+def _find_run(client, ref: str):  # type: ignore[no-untyped-def]
+    import uuid
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    try:
+        return client.read_flow_run(uuid.UUID(ref))
+    except ValueError:
+        pass
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[ref])))
+    if not runs:
+        raise InputError("run", ref, "no flow run with that id or name")
+    return runs[0]
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    _with_prefect()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    from trainmedic.validate import job_id as check_job_id
+
+    wanted = check_job_id(args.job, "job") if args.job else None
+    rows = []
+    with get_client(sync_client=True) as client:
+        flows = {f.id: f.name for f in client.read_flows()}
+        for run in client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=args.limit * 5):
+            request = (run.parameters or {}).get("request") or {}
+            job = request.get("job_id") if isinstance(request, dict) else None
+            if wanted and job != wanted:
+                continue
+            rows.append(
+                {
+                    "name": run.name,
+                    "runbook": flows.get(run.flow_id, "?"),
+                    "job_id": job,
+                    "state": run.state.name if run.state else "?",
+                    "message": (run.state.message or "") if run.state else "",
+                    "started": run.start_time.isoformat() if run.start_time else None,
+                    "url": _ui_link(run.id),
+                }
+            )
+            if len(rows) >= args.limit:
+                break
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print("no runs" + (f" for job {wanted}" if wanted else ""))
+    for row in rows:
+        print(
+            f"{(row['started'] or '')[:19]:<20} {row['runbook']:<20} job {row['job_id'] or '-':<8}"
+            f" {row['state']:<10} {row['name']}  {row['message'][:60]}"
+        )
+    return 0
 
 
 def _ui_link(flow_run_id: object) -> str:
@@ -215,6 +355,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- parser
+
+
+def _add_oncall_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
+    restart = add(
+        "restart",
+        cmd_restart,
+        "resubmit a job from its newest valid checkpoint "
+        "(or --from-checkpoint STEP), excluding drained nodes",
+    )
+    restart.add_argument("job_id")
+    restart.add_argument("--from-checkpoint", type=int, metavar="STEP")
+    restart.add_argument("--dry-run", action="store_true")
+    restart.add_argument("--json", action="store_true")
+
+    restore = add("restore", cmd_restore, "return a repaired node after it passes a pair test")
+    restore.add_argument("node")
+    restore.add_argument("--partner", help="known-healthy partner (default: an idle node)")
+    restore.add_argument("--dry-run", action="store_true")
+    restore.add_argument("--json", action="store_true")
+
+    approve = add("approve", cmd_approve, "answer a runbook paused for approval")
+    approve.add_argument("run", help="flow run id or name")
+    approve.add_argument("--reject", action="store_true")
+    approve.add_argument("--nodes", help="approve only these nodes, e.g. node[003,017]")
+    approve.add_argument("--note", default="", help="why (goes into the report)")
+    approve.add_argument("--json", action="store_true")
+
+    runs = add("runs", cmd_runs, "runbook history with state and outcome")
+    runs.add_argument("--job", help="only runs about this job id")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--json", action="store_true")
 
 
 def _add_sim_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -291,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     emit_parser.add_argument("--step", type=int)
     emit_parser.add_argument("--reason", default="")
     emit_parser.add_argument("--nodes", help="node list, e.g. node[001-004]")
+
+    _add_oncall_parsers(add)
 
     triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
     triage.add_argument("job_id")

@@ -85,7 +85,7 @@ def triage_report(
             rc = facts.get("nvidia_smi_rc", "—") if isinstance(facts, dict) else "—"
             lines.append(f"| {host} | {outcome} | {rc} | {_cell('; '.join(xids[-2:])) or '—'} |")
     lines += ["", "## Decisions", ""] + [f"- {r}" for r in plan.reasons]
-    lines += ["", "## Actions", "", *_actions_table(actions)]
+    lines += ["", "## Actions", "", *actions_table(actions)]
     lines += ["", "## Restart", ""]
     if checkpoint is not None:
         lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
@@ -98,7 +98,7 @@ def triage_report(
     return "\n".join(lines) + "\n"
 
 
-def _actions_table(actions: Sequence[ActionRecord]) -> list[str]:
+def actions_table(actions: Sequence[ActionRecord]) -> list[str]:
     if not actions:
         return ["No action taken."]
     return [
@@ -133,7 +133,7 @@ def rollback_report(
         f"- steps lost: {max(spike.step - checkpoint.step, 0)}",
     ]
     lines += [f"- skipped invalid checkpoint step {c.step}: {c.problem}" for c in invalid]
-    lines += ["", "## Actions", "", *_actions_table(actions)]
+    lines += ["", "## Actions", "", *actions_table(actions)]
     if new_job is not None:
         lines += [
             "",

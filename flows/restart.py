@@ -1,0 +1,96 @@
+"""Runbook `restart`: an on-call engineer resubmits a job by hand, from the newest valid
+checkpoint or from a step they name, excluding drained nodes, and checks it trains again.
+
+    load job → stop it if it still runs → checkpoint (named step must be valid) →
+    resubmit excluding drained nodes → verify → report
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.tasks import job_lock, load_job, resubmit_job, stop_job, verify_restart
+from trainmedic import checkpoints
+from trainmedic.errors import CheckpointError
+from trainmedic.models import JobId
+from trainmedic.report import ActionRecord, actions_table
+from trainmedic.scheduler import get_scheduler
+
+
+class RestartRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: JobId
+    from_checkpoint: int | None = Field(
+        default=None, ge=0, description="checkpoint step to resume from (default: newest valid)"
+    )
+    dry_run: bool = False
+
+
+class RestartResult(BaseModel):
+    job_id: str
+    checkpoint_step: int
+    new_job_id: str | None
+    report_id: str
+
+
+@flow(name="restart", log_prints=True)
+def restart(request: RestartRequest) -> RestartResult:
+    logger = get_run_logger()
+    with job_lock(request.job_id):
+        job = load_job(request.job_id)
+        found = checkpoints.scan(Path(job.checkpoint_dir))
+        if request.from_checkpoint is None:
+            target = checkpoints.newest_valid(found)
+        else:
+            target = next((c for c in found if c.step == request.from_checkpoint), None)
+            if target is None or not target.valid:
+                problem = target.problem if target else "no such checkpoint"
+                valid = ", ".join(str(c.step) for c in found if c.valid) or "none"
+                raise CheckpointError(
+                    f"from_checkpoint={request.from_checkpoint}: {problem} (valid steps: {valid})"
+                )
+        actions: list[ActionRecord] = []
+        if not job.state.finished:
+            actions.append(stop_job(job, "trainmedic restart by on-call", request.dry_run))
+        drained = [n.name for n in get_scheduler().nodes() if n.state == "DRAINED"]
+        exclude = sorted({*job.spec.exclude, *(n for n in drained if n in job.nodes)})
+        new_job = resubmit_job(job, target, exclude, {}, request.dry_run)
+        if new_job is not None:
+            actions.append(
+                ActionRecord(
+                    what="resubmit",
+                    target=f"job {job.job_id}",
+                    changed=True,
+                    outcome=f"job {new_job.job_id} from step {target.step}",
+                )
+            )
+            if not request.dry_run:
+                new_job = verify_restart(new_job, target.step)
+        logger.info(
+            "restart of %s from step %d: %s",
+            job.job_id,
+            target.step,
+            new_job.job_id if new_job else "not resubmitted",
+        )
+        lines = [
+            f"# Restart of job {job.job_id} ({job.name}){' — DRY RUN' if request.dry_run else ''}",
+            "",
+            f"- checkpoint: step {target.step} (`{target.path}`)",
+            f"- excluded nodes: {', '.join(exclude) or 'none'}",
+            "",
+            *actions_table(actions),
+        ]
+        report_id = create_markdown_artifact(
+            key=f"restart-{job.job_id}", markdown="\n".join(lines) + "\n"
+        )
+    return RestartResult(
+        job_id=job.job_id,
+        checkpoint_step=target.step,
+        new_job_id=new_job.job_id if new_job else None,
+        report_id=str(report_id),
+    )

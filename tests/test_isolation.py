@@ -1,0 +1,117 @@
+"""The isolation policy: auto-approval of small isolations, blast radius, rate limit."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainmedic.isolation import (
+    DrainRecord,
+    IsolationPolicy,
+    approved_nodes,
+    decide_isolation,
+    ledger_line,
+    parse_ledger,
+    recent_drains,
+)
+
+NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+BIG = IsolationPolicy()  # defaults: 1 node auto, 5 %, 4 per hour
+
+
+def decide(candidates, *, size=200, drained=(), recent=(), policy=BIG):  # type: ignore[no-untyped-def]
+    return decide_isolation(
+        candidates, cluster_size=size, drained=set(drained), recent=list(recent), policy=policy
+    )
+
+
+def drain_at(node: str, minutes_ago: float) -> DrainRecord:
+    return DrainRecord(node=node, at=NOW - timedelta(minutes=minutes_ago), flow_run="r")
+
+
+def test_one_node_on_a_big_cluster_is_auto_approved() -> None:
+    decision = decide(["n1"])
+    assert decision.mode == "auto" and decision.nodes == ("n1",) and decision.reasons == ()
+
+
+def test_two_nodes_need_a_human_even_inside_the_guard() -> None:
+    decision = decide(["n1", "n2"])
+    assert decision.mode == "approval" and decision.guard == ()
+    assert "more than the 1 approved automatically" in decision.reasons[0]
+
+
+def test_nothing_new_to_drain() -> None:
+    decision = decide(["n1"], drained=["n1"])
+    assert decision.mode == "none" and decision.nodes == () and decision.already_drained == ("n1",)
+
+
+def test_blast_radius_counts_nodes_already_drained() -> None:
+    # 200 nodes, 5 %: 10 may be drained. 10 are drained already, one more crosses it.
+    decision = decide(["n1"], drained=[f"d{i}" for i in range(10)])
+    assert decision.mode == "approval"
+    assert decision.guard and "blast radius: 11 of 200" in decision.guard[0]
+
+
+def test_small_cluster_allows_no_unapproved_drain_at_5_percent() -> None:
+    assert decide(["n1"], size=8).mode == "approval"
+    assert decide(["n1"], size=8, policy=IsolationPolicy(max_share=0.25)).mode == "auto"
+
+
+def test_rate_limit_counts_recent_drains_in_the_window() -> None:
+    ledger = [drain_at(f"r{i}", 10 * i) for i in range(4)] + [drain_at("old", 61)]
+    recent = recent_drains(ledger, NOW, 3600)
+    assert [r.node for r in recent] == ["r3", "r2", "r1", "r0"]  # oldest first, "old" out
+    decision = decide(["n1"], recent=recent)
+    assert decision.mode == "approval"
+    assert any("rate limit: 5 nodes" in g for g in decision.guard)
+    assert decide(["n1"], recent=recent[1:]).mode == "auto"
+
+
+def test_redrain_of_a_recent_node_counts_once() -> None:
+    recent = recent_drains([drain_at("n1", 5), drain_at("n1", 1)], NOW, 3600)
+    assert len(recent) == 1 and recent[0].at == NOW - timedelta(minutes=1)
+
+
+def test_auto_approve_zero_means_always_ask() -> None:
+    assert decide(["n1"], policy=IsolationPolicy(auto_approve_max=0)).mode == "approval"
+
+
+def test_approval_answers() -> None:
+    decision = decide(["n1", "n2", "n3"])
+    assert approved_nodes(decision, "approve") == (["n1", "n2", "n3"], [])
+    assert approved_nodes(decision, "reject", ["n1"]) == ([], [])
+    # An approval narrows an isolation, never widens it.
+    assert approved_nodes(decision, "approve_subset", ["n3", "x9", "n1"]) == (["n1", "n3"], ["x9"])
+
+
+def test_ledger_round_trip_skips_torn_lines() -> None:
+    records = [drain_at("n1", 3), drain_at("n2", 2)]
+    text = "".join(ledger_line(r) for r in records) + '{"node": "n3", "at": "garb\n\nnot json\n'
+    assert parse_ledger(text) == records
+
+
+def test_policy_bounds() -> None:
+    with pytest.raises(ValueError):
+        IsolationPolicy(max_share=1.5)
+    with pytest.raises(ValueError):
+        decide(["n1"], size=0)
+
+
+@given(
+    size=st.integers(1, 500),
+    candidates=st.lists(st.sampled_from([f"n{i}" for i in range(30)]), unique=True, max_size=30),
+    drained=st.sets(st.sampled_from([f"n{i}" for i in range(40)]), max_size=40),
+    share=st.floats(0, 1),
+    auto=st.integers(0, 5),
+)
+def test_auto_never_crosses_the_guard(size, candidates, drained, share, auto) -> None:  # type: ignore[no-untyped-def]
+    policy = IsolationPolicy(max_share=share, auto_approve_max=auto, max_per_window=10)
+    decision = decide(candidates, size=size, drained=drained, policy=policy)
+    assert set(decision.nodes) == set(candidates) - drained
+    if decision.mode == "auto":
+        assert len(decision.nodes) <= auto
+        assert len(drained | set(decision.nodes)) <= share * size
+        assert len(decision.nodes) <= 10
