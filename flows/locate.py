@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger, pause_flow_run, task
@@ -29,6 +28,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from flows.tasks import drain_ledger_path, drain_node
 from trainmedic import isolation, validate
 from trainmedic.ansible import Inventory, run_playbook
 from trainmedic.errors import InputError
@@ -236,41 +236,12 @@ def run_pair_tests(
     return [pair_result(g, result, test_timeout_s) for g in groups]
 
 
-@task(name="drain-convicted-node", cache_policy=NO_CACHE)
-def drain_convicted_node(node: str, reason: str, ledger_flow_run: str) -> ActionRecord:
-    """Drain in the scheduler (idempotent) and record it in the drain ledger."""
-    reason = validate.safe_text(reason, "reason")
-    changed = get_scheduler().drain(node, reason)
-    if changed:
-        record = isolation.DrainRecord(
-            node=node, at=datetime.now(UTC), flow_run=ledger_flow_run, reason=reason
-        )
-        path = _ledger_path(get_settings())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # One short O_APPEND write per record: concurrent runbooks do not tear lines.
-        with path.open("a") as handle:
-            handle.write(isolation.ledger_line(record))
-    get_run_logger().warning(
-        "drain %s: %s (%s)", node, "drained" if changed else "already drained", reason
-    )
-    return ActionRecord(
-        what="drain",
-        target=node,
-        changed=changed,
-        outcome=f"drained: {reason}" if changed else "already drained",
-    )
-
-
 @task(name="isolate-nodes", cache_policy=NO_CACHE)
 def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
     """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
     return run_playbook(
         "isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason}, check=dry_run
     )
-
-
-def _ledger_path(settings: Settings) -> Path:
-    return settings.home / "isolation" / "drains.jsonl"
 
 
 # ----------------------------------------------------------------------------- flow
@@ -359,7 +330,7 @@ def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -
     scheduler = get_scheduler()
     cluster = scheduler.nodes()
     drained = {n.name for n in cluster if n.state == "DRAINED"}
-    path = _ledger_path(settings)
+    path = drain_ledger_path(settings)
     ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
     recent = isolation.recent_drains(ledger, datetime.now(UTC), request.policy.window_s)
     decision = isolation.decide_isolation(
@@ -378,7 +349,7 @@ def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -
                 reason = f"trainmedic locate-faulty-nodes {run_name}: {verdict[node]} in pair tests"
                 if request.job_id:
                     reason += f" (job {request.job_id})"
-                actions.append(drain_convicted_node(node, reason, run_name))
+                actions.append(drain_node(node, reason, dry_run=False))
         result = isolate_nodes(approved, f"locate-faulty-nodes {run_name}", request.dry_run)
         for host, facts in result.facts.items():
             found = facts.get("trainmedic_isolation")

@@ -10,21 +10,23 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
+from prefect.runtime import flow_run
 
-from trainmedic import checkpoints
+from trainmedic import checkpoints, isolation
 from trainmedic.ansible import run_playbook
 from trainmedic.errors import CheckpointError, SchedulerError, TelemetryError
 from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
 from trainmedic.recovery import LossRecord, parse_loss_history
 from trainmedic.report import ActionRecord
 from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import get_settings
+from trainmedic.settings import Settings, get_settings
 from trainmedic.telemetry import fetch_gpu_telemetry
 from trainmedic.validate import safe_text
 
@@ -114,15 +116,30 @@ def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
     return [s for s in samples if s.host in wanted]
 
 
+def drain_ledger_path(settings: Settings) -> Path:
+    """Every drain trainmedic made, one JSON line each: the blast-radius rate limit reads it."""
+    return settings.home / "isolation" / "drains.jsonl"
+
+
 @task(name="drain-node", cache_policy=NO_CACHE)
 def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
-    """Drain one node in the scheduler (idempotent: an already drained node is left alone)."""
+    """Drain one node in the scheduler (idempotent: an already drained node is left alone)
+    and record it in the drain ledger."""
     reason = safe_text(reason, "reason")
     logger = get_run_logger()
     if dry_run:
         logger.info("dry run: would drain %s (%s)", node, reason)
         return ActionRecord(what="drain", target=node, outcome="dry run: not drained")
     changed = get_scheduler().drain(node, reason)
+    if changed:
+        record = isolation.DrainRecord(
+            node=node, at=datetime.now(UTC), flow_run=flow_run.get_name() or "", reason=reason
+        )
+        path = drain_ledger_path(get_settings())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One short O_APPEND write per record: concurrent runbooks do not tear lines.
+        with path.open("a") as handle:
+            handle.write(isolation.ledger_line(record))
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
     return ActionRecord(
         what="drain",
@@ -209,8 +226,6 @@ def heartbeat_step(heartbeat: Path) -> int | None:
         return None
 
 
-
-
 @task(name="stop-job", cache_policy=NO_CACHE)
 def stop_job(job: JobInfo, reason: str, dry_run: bool) -> ActionRecord:
     """Cancel a job that is still running (a hung or diverged one); idempotent."""
@@ -218,14 +233,24 @@ def stop_job(job: JobInfo, reason: str, dry_run: bool) -> ActionRecord:
     if dry_run:
         return ActionRecord(what="stop job", target=f"job {job.job_id}", outcome="dry run")
     changed = get_scheduler().cancel(job.job_id, reason)
-    get_run_logger().warning("stop job %s: %s", job.job_id,
-                             "cancelled" if changed else "had already ended")
-    return ActionRecord(what="stop job", target=f"job {job.job_id}", changed=changed,
-                        outcome=f"cancelled: {reason}" if changed else "had already ended")
+    get_run_logger().warning(
+        "stop job %s: %s", job.job_id, "cancelled" if changed else "had already ended"
+    )
+    return ActionRecord(
+        what="stop job",
+        target=f"job {job.job_id}",
+        changed=changed,
+        outcome=f"cancelled: {reason}" if changed else "had already ended",
+    )
 
 
-@task(name="read-loss-history", retries=2, retry_delay_seconds=[1, 3], cache_policy=NO_CACHE,
-      retry_condition_fn=_transient((OSError,)))
+@task(
+    name="read-loss-history",
+    retries=2,
+    retry_delay_seconds=[1, 3],
+    cache_policy=NO_CACHE,
+    retry_condition_fn=_transient((OSError,)),
+)
 def read_loss_history(job: JobInfo) -> list[LossRecord]:
     """The job's loss curve (``loss.csv``: step,batch,loss, written by the framework hook)."""
     path = Path(job.log_dir).parent / "loss.csv"
