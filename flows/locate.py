@@ -16,28 +16,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
-from prefect import flow, get_run_logger, pause_flow_run, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
-from prefect.exceptions import FlowPauseTimeout
-from prefect.input import RunInput
-from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from flows.tasks import drain_ledger_path, drain_node
-from trainmedic import isolation, validate
+from flows.isolate import IsolationApproval, IsolationOutcome, isolate
+from trainmedic import validate
 from trainmedic.ansible import Inventory, run_playbook
 from trainmedic.errors import InputError
-from trainmedic.isolation import IsolationDecision, IsolationPolicy
+from trainmedic.isolation import IsolationPolicy
 from trainmedic.models import JobId, NodeName, PairResult, PlaybookResult
 from trainmedic.pairing import Group, LocateReport, RoundRecord, check_nodes, locate
-from trainmedic.report import ActionRecord
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import Settings, get_settings
+from trainmedic.settings import get_settings
 
 __all__ = [
     "IsolationApproval",
@@ -111,35 +105,6 @@ class LocateRequest(BaseModel):
                 raise InputError("nodes", item, "not a node name or host list")
             names.extend(validate.expand_nodelist(item))
         return check_nodes(dict.fromkeys(names))
-
-
-class IsolationApproval(RunInput):
-    """A human's answer to "drain these nodes?"."""
-
-    decision: Literal["approve", "reject", "approve_subset"] = Field(
-        description="approve all, reject all, or approve only the nodes listed"
-    )
-    nodes: list[NodeName] = Field(
-        default_factory=list, description="for approve_subset: the nodes to drain"
-    )
-    note: str = Field(
-        default="",
-        max_length=200,
-        pattern=validate.SAFE_TEXT_RE.pattern,
-        description="why (goes into the report)",
-    )
-
-
-class IsolationOutcome(BaseModel):
-    mode: Literal["none", "auto", "approval"]
-    decided_by: str  # policy, a human's answer, timeout, dry run
-    candidates: list[str]
-    approved: list[str]
-    drained: list[str]
-    already_drained: list[str]
-    reasons: list[str]
-    ignored: list[str] = []
-    evidence: dict[str, dict[str, object]] = {}
 
 
 class LocateResult(BaseModel):
@@ -236,14 +201,6 @@ def run_pair_tests(
     return [pair_result(g, result, test_timeout_s) for g in groups]
 
 
-@task(name="isolate-nodes", cache_policy=NO_CACHE)
-def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
-    """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
-    return run_playbook(
-        "isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason}, check=dry_run
-    )
-
-
 # ----------------------------------------------------------------------------- flow
 
 
@@ -298,7 +255,16 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
 
     outcome = None
     if request.isolate and (report.faulty or report.slow):
-        outcome = _isolate(report, request, settings)
+        verdicts = {n: "faulty" for n in report.faulty} | {n: "slow" for n in report.slow}
+        outcome = isolate(
+            verdicts,
+            runbook="locate-faulty-nodes",
+            evidence="in pair tests",
+            policy=request.policy,
+            approval_timeout_s=request.approval_timeout_s,
+            job_id=request.job_id,
+            dry_run=request.dry_run,
+        )
 
     key = "locate-summary"
     create_markdown_artifact(
@@ -322,92 +288,6 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
         flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
         report_key=key,
     )
-
-
-def _isolate(report: LocateReport, request: LocateRequest, settings: Settings) -> IsolationOutcome:
-    logger = get_run_logger()
-    candidates = [*report.faulty, *report.slow]
-    scheduler = get_scheduler()
-    cluster = scheduler.nodes()
-    drained = {n.name for n in cluster if n.state == "DRAINED"}
-    path = drain_ledger_path(settings)
-    ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
-    recent = isolation.recent_drains(ledger, datetime.now(UTC), request.policy.window_s)
-    decision = isolation.decide_isolation(
-        candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=request.policy
-    )
-    logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
-
-    approved, ignored, decided_by = _approve(decision, request)
-    run_name = flow_run.get_name() or "local"
-    verdict = {n: "faulty" for n in report.faulty} | {n: "slow" for n in report.slow}
-    actions: list[ActionRecord] = []
-    evidence: dict[str, dict[str, object]] = {}
-    if approved:
-        if not request.dry_run:
-            for node in approved:
-                reason = f"trainmedic locate-faulty-nodes {run_name}: {verdict[node]} in pair tests"
-                if request.job_id:
-                    reason += f" (job {request.job_id})"
-                actions.append(drain_node(node, reason, dry_run=False))
-        result = isolate_nodes(approved, f"locate-faulty-nodes {run_name}", request.dry_run)
-        for host, facts in result.facts.items():
-            found = facts.get("trainmedic_isolation")
-            evidence[host] = {
-                "outcome": str(result.hosts.get(host)),
-                **(found if isinstance(found, dict) else {}),
-            }
-    return IsolationOutcome(
-        mode=decision.mode,
-        decided_by=decided_by,
-        candidates=candidates,
-        approved=approved,
-        drained=[a.target for a in actions if a.changed],
-        already_drained=list(decision.already_drained),
-        reasons=list(decision.reasons),
-        ignored=ignored,
-        evidence=evidence,
-    )
-
-
-def _approve(
-    decision: IsolationDecision, request: LocateRequest
-) -> tuple[list[str], list[str], str]:
-    """The approved nodes, the ignored ones, and who decided."""
-    if decision.mode == "none":
-        return [], [], "nothing new to drain"
-    if decision.mode == "auto":
-        return list(decision.nodes), [], "policy (auto-approved)"
-    if request.dry_run:
-        # Nothing will be drained anyway: show the evidence as if a human had said yes.
-        return list(decision.nodes), [], "dry run (approval would be asked)"
-    logger = get_run_logger()
-    prompt = "\n".join(
-        [
-            f"### Drain {len(decision.nodes)} node(s)? {', '.join(decision.nodes)}",
-            "",
-            *[f"- {reason}" for reason in decision.reasons],
-            "",
-            "`approve` all, `reject` all, or `approve_subset` with the nodes to drain. "
-            f"No answer within {request.approval_timeout_s} s: nothing is drained.",
-        ]
-    )
-    try:
-        answer = pause_flow_run(
-            wait_for_input=IsolationApproval.with_initial_data(
-                description=prompt, decision="reject", nodes=list(decision.nodes)
-            ),
-            timeout=request.approval_timeout_s,
-            poll_interval=2,
-        )
-    except FlowPauseTimeout:
-        logger.warning("no approval within %d s: nothing drained", request.approval_timeout_s)
-        return [], [], f"approval timed out after {request.approval_timeout_s} s: nothing drained"
-    approved, ignored = isolation.approved_nodes(decision, answer.decision, answer.nodes)
-    if ignored:
-        logger.warning("approval named nodes that were not convicted, ignored: %s", ignored)
-    note = f": {answer.note}" if answer.note else ""
-    return approved, ignored, f"human: {answer.decision}{note}"
 
 
 # ----------------------------------------------------------------------------- report

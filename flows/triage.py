@@ -16,10 +16,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.isolate import isolate
+from flows.locate import LocateRequest, locate_faulty_nodes
 from flows.tasks import (
     choose_checkpoint,
     collect_node_diagnostics,
-    drain_node,
     fetch_job_logs,
     fetch_telemetry,
     job_lock,
@@ -36,6 +37,7 @@ from trainmedic.recovery import same_failure_streak
 from trainmedic.report import ActionRecord, triage_report
 from trainmedic.scheduler import get_scheduler
 from trainmedic.settings import get_settings
+from trainmedic.validate import compress_nodelist
 
 
 class TriageRequest(BaseModel):
@@ -154,24 +156,54 @@ def _triage(request: TriageRequest) -> TriageResult:
 
     actions: list[ActionRecord] = []
     run_name = flow_run.get_name() or "local"
-    for node in plan.drain:
-        reason = f"trainmedic triage {run_name}: {diagnosis.category} job {job.job_id}"
-        actions.append(drain_node(node, reason, request.dry_run))
+    restarting = plan.restart and request.restart
+    if restarting and not job.state.finished:
+        # A hung job still holds its nodes: stop it before they are tested or reused.
+        actions.append(
+            stop_job(job, f"trainmedic triage {run_name}: {diagnosis.category}", request.dry_run)
+        )
+    if plan.drain:
+        outcome = isolate(
+            dict.fromkeys(plan.drain, str(diagnosis.category)),
+            runbook="triage",
+            evidence="in the job logs",
+            policy=settings.isolation_policy(),
+            approval_timeout_s=settings.approval_timeout_s,
+            job_id=job.job_id,
+            dry_run=request.dry_run,
+        )
+        actions.extend(outcome.actions)
+    exclude = list(plan.exclude)
+    if plan.locate:
+        located = locate_faulty_nodes(
+            LocateRequest(
+                nodes=list(job.nodes),
+                job_id=job.job_id,
+                isolate=True,
+                policy=settings.isolation_policy(),
+                approval_timeout_s=settings.approval_timeout_s,
+                dry_run=request.dry_run,
+            )
+        )
+        found = [*located.faulty, *located.slow]
+        actions.append(
+            ActionRecord(
+                what="pair test",
+                target=compress_nodelist(job.nodes),
+                outcome=f"faulty {located.faulty or 'none'}, slow {located.slow or 'none'} "
+                f"({located.rounds} rounds, {located.tests_run} tests)",
+            )
+        )
+        if located.isolation is not None:
+            actions.extend(located.isolation.actions)
+        # Excluded from the resubmission even when a human declined the drain.
+        exclude = sorted({*exclude, *found})
 
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
-    if plan.restart and request.restart:
-        if not job.state.finished:
-            # A hung job still holds its nodes: stop it before its replacement starts.
-            actions.append(
-                stop_job(
-                    job, f"trainmedic triage {run_name}: {diagnosis.category}", request.dry_run
-                )
-            )
+    if restarting:
         checkpoint = choose_checkpoint(job)
-        new_job = resubmit_job(
-            job, checkpoint, list(plan.exclude), dict(plan.spec_changes), request.dry_run
-        )
+        new_job = resubmit_job(job, checkpoint, exclude, dict(plan.spec_changes), request.dry_run)
         if new_job is not None:
             actions.append(
                 ActionRecord(

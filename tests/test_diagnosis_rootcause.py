@@ -199,3 +199,20 @@ def test_large_stream_is_bounded_and_finds_the_error() -> None:
     diagnosis = diagnose([source])
     assert diagnosis.category is Category.GPUFallenOff
     assert diagnosis.evidence[0].line == 60_001
+
+
+def test_witness_lines_and_paths_do_not_name_an_origin() -> None:
+    """slurmstepd's "DUE TO NODE FAILURE" comes from a surviving node, and a path that
+    happens to contain "node_fail" is no evidence at all."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    lines = [
+        "[2026-12-02 15:10:25,092] saved checkpoint at iteration 40 to "
+        "/tmp/test_node_failure_x/ckpt/iter_0000040",
+        "slurmstepd: error: *** STEP 1001.0 ON node001 CANCELLED AT 2026-12-02T15:10:26 DUE TO "
+        "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("rank-00000.node001.err", lines)])
+    assert diagnosis.category == "NodeFailure"
+    assert diagnosis.root_cause_host is None
+    assert [e.signature for e in diagnosis.evidence] == ["slurm-step-node-failure"]

@@ -69,8 +69,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
                 os.environ[key] = value
         get_settings.cache_clear()
     if LATENCIES:
-        print(f"\nevent-to-resubmission latency: median {statistics.median(LATENCIES):.1f} s "
-              f"over {len(LATENCIES)} runs: {[round(x, 1) for x in LATENCIES]}")
+        print(
+            f"\nevent-to-resubmission latency: median {statistics.median(LATENCIES):.1f} s "
+            f"over {len(LATENCIES)} runs: {[round(x, 1) for x in LATENCIES]}"
+        )
 
 
 def wait_resubmission(scheduler: SimScheduler, job_id: str, timeout: float = 120) -> JobInfo:

@@ -205,13 +205,15 @@ def test_blast_radius_guard_blocks_without_approval(prefect_server, sim) -> None
 
     cluster, scheduler = sim
     cluster.inject("node004", "xid79")
-    # Default policy: 5 % of 8 nodes is no node at all; nobody answers the approval.
+    # Default policy: 5 % of 8 nodes rounds to none, so only the floor of one drained node is
+    # allowed unasked, and one node is drained already. Nobody answers the approval.
+    scheduler.drain("node008", "maintenance")
     result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, approval_timeout_s=10))
     assert result.faulty == ["node004"]
     assert result.isolation.mode == "approval"
     assert any("blast radius" in r for r in result.isolation.reasons)
     assert "timed out" in result.isolation.decided_by
-    assert result.isolation.drained == [] and drained(scheduler) == {}
+    assert result.isolation.drained == [] and drained(scheduler) == {"node008": "maintenance"}
     assert "nothing drained" in str(artifacts(result.flow_run_id)["locate-summary"])
 
 

@@ -105,3 +105,20 @@ def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) 
     assert result.new_job_id is None
     text = report(result)
     assert "notify owner | alice" in text and "KeyError" in text
+
+
+def test_node_failure_without_proven_origin_is_located_by_pair_tests(prefect_server, sim) -> None:
+    """A node that dies leaves no error of its own: the pair test must find it."""
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = failed_job(sim, "down", name="lost")
+    dead = job.nodes[1]
+    assert job.state is JobState.NODE_FAIL
+    result = triage(TriageRequest(job_id=job.job_id, event="job.node_fail"))
+    assert result.category == "NodeFailure"
+    assert result.drained == [dead]
+    new = scheduler.job(result.new_job_id)
+    assert dead not in new.nodes and dead in new.spec.exclude
+    text = report(result)
+    assert "| pair test |" in text and f"faulty ['{dead}']" in text

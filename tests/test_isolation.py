@@ -55,9 +55,15 @@ def test_blast_radius_counts_nodes_already_drained() -> None:
     assert decision.guard and "blast radius: 11 of 200" in decision.guard[0]
 
 
-def test_small_cluster_allows_no_unapproved_drain_at_5_percent() -> None:
-    assert decide(["n1"], size=8).mode == "approval"
-    assert decide(["n1"], size=8, policy=IsolationPolicy(max_share=0.25)).mode == "auto"
+def test_small_cluster_may_always_lose_min_drainable_nodes() -> None:
+    # 5% of 8 nodes is 0: without the floor, no node could ever be drained unasked.
+    assert decide(["n1"], size=8).mode == "auto"
+    assert decide(["n2"], size=8, drained={"n1"}).mode == "approval"
+    strict = IsolationPolicy(min_drainable=0)
+    assert decide(["n1"], size=8, policy=strict).mode == "approval"
+    assert decide(["n1"], size=8, policy=IsolationPolicy(max_share=0.25, min_drainable=0)).mode == (
+        "auto"
+    )
 
 
 def test_rate_limit_counts_recent_drains_in_the_window() -> None:
@@ -113,5 +119,5 @@ def test_auto_never_crosses_the_guard(size, candidates, drained, share, auto) ->
     assert set(decision.nodes) == set(candidates) - drained
     if decision.mode == "auto":
         assert len(decision.nodes) <= auto
-        assert len(drained | set(decision.nodes)) <= share * size
+        assert len(drained | set(decision.nodes)) <= max(share * size, policy.min_drainable)
         assert len(decision.nodes) <= 10

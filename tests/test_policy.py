@@ -105,7 +105,12 @@ def test_crash_loop_stops_and_pages() -> None:
     streak = same_failure_streak(history[-1], history, categories)
     assert streak == 3
     assert same_failure_streak(history[-1], history, {**categories, "2": "ECCError"}) == 1
-    plan = plan_remediation(diagnosis(Category.NCCLTimeout), history[-1], attempts=2,
-                            same_failure_streak=streak, crash_loop_after=3)
+    plan = plan_remediation(
+        diagnosis(Category.NCCLTimeout),
+        history[-1],
+        attempts=2,
+        same_failure_streak=streak,
+        crash_loop_after=3,
+    )
     assert not plan.restart and plan.page_oncall
     assert any("crash loop" in r for r in plan.reasons)

@@ -63,6 +63,13 @@ class IsolationPolicy(Strict):
         description="most nodes trainmedic may drain per window without explicit approval",
     )
     window_s: int = Field(default=3600, ge=60, le=7 * 86_400, description="the rate window")
+    min_drainable: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="drained nodes any cluster may have within the share guard, however small "
+        "(5% of 16 nodes is 0, yet a node whose GPU fell off the bus runs nothing anyway)",
+    )
 
 
 class DrainRecord(Strict):
@@ -119,7 +126,7 @@ def decide_isolation(
         return IsolationDecision(mode="none", nodes=(), already_drained=already)
 
     guard: list[str] = []
-    allowed_drained = math.floor(policy.max_share * cluster_size)
+    allowed_drained = max(policy.min_drainable, math.floor(policy.max_share * cluster_size))
     after = len(set(drained) | set(new))
     if after > allowed_drained:
         guard.append(

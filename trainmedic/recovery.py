@@ -30,11 +30,13 @@ def parse_loss_history(lines: Iterable[str], source: str = "loss history") -> li
         if len(parts) != 3:
             raise InputError(f"{source}:{number}", line, "expected step,batch,loss")
         try:
-            records.append(LossRecord(step=int(parts[0]), batch=int(parts[1]),
-                                      loss=float(parts[2])))
+            records.append(
+                LossRecord(step=int(parts[0]), batch=int(parts[1]), loss=float(parts[2]))
+            )
         except ValueError as exc:
-            raise InputError(f"{source}:{number}", line, "step,batch must be integers, "
-                             "loss a number") from exc
+            raise InputError(
+                f"{source}:{number}", line, "step,batch must be integers, loss a number"
+            ) from exc
     return records
 
 
@@ -55,13 +57,21 @@ def spike_start(history: Sequence[LossRecord], reported_step: int | None = None)
         if reported:
             candidates.append(reported[0])
     if not candidates:
-        raise InputError("loss_history", f"{len(history)} points",
-                         "no spike or NaN found in the loss curve and none reported")
+        raise InputError(
+            "loss_history",
+            f"{len(history)} points",
+            "no spike or NaN found in the loss curve and none reported",
+        )
     return min(candidates, key=lambda r: r.step)
 
 
-def is_hung(*, heartbeat_age_s: float | None, log_age_s: float | None, timeout_s: float,
-            gpu_utilization: Collection[float] = ()) -> bool:
+def is_hung(
+    *,
+    heartbeat_age_s: float | None,
+    log_age_s: float | None,
+    timeout_s: float,
+    gpu_utilization: Collection[float] = (),
+) -> bool:
     """No heartbeat and no log line for ``timeout_s``, and the GPUs idle (when known).
 
     A job whose GPUs are still busy is computing a long step, not hanging; a job with no
@@ -73,8 +83,9 @@ def is_hung(*, heartbeat_age_s: float | None, log_age_s: float | None, timeout_s
     return not gpu_utilization or max(gpu_utilization) < 5.0
 
 
-def same_failure_streak(job: JobInfo, history: Sequence[JobInfo],
-                        categories: dict[str, str]) -> int:
+def same_failure_streak(
+    job: JobInfo, history: Sequence[JobInfo], categories: dict[str, str]
+) -> int:
     """How many consecutive runs of this training run ended with the same category
     (``categories`` maps job id → diagnosed category)."""
     by_id = {j.job_id: j for j in history}

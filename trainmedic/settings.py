@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, HttpUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trainmedic.isolation import IsolationPolicy
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,11 +47,27 @@ class Settings(BaseSettings):
     playbook_timeout_s: int = Field(default=600, ge=5, le=86_400)
     ansible_forks: int = Field(default=16, ge=1, le=512)
 
+    # Isolation policy (trainmedic.isolation.IsolationPolicy): who may be drained unasked.
+    drain_auto_approve_max: int = Field(default=1, ge=0, le=64)
+    drain_max_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    drain_max_per_hour: int = Field(default=4, ge=0, le=10_000)
+    drain_min_drainable: int = Field(default=1, ge=0, le=64)
+    approval_timeout_s: int = Field(default=1800, ge=10, le=7 * 86_400)
+
     # Recovery policy.
     retry_budget: int = Field(default=3, ge=0, le=50)
     crash_loop_after: int = Field(default=3, ge=2, le=50, description="same failure N times")
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
     verify_timeout_s: float = Field(default=120.0, gt=0)
+
+    def isolation_policy(self) -> IsolationPolicy:
+        return IsolationPolicy(
+            auto_approve_max=self.drain_auto_approve_max,
+            max_share=self.drain_max_share,
+            max_per_window=self.drain_max_per_hour,
+            window_s=3600,
+            min_drainable=self.drain_min_drainable,
+        )
 
     @property
     def sim_home(self) -> Path:

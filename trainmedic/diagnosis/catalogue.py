@@ -39,6 +39,9 @@ class Signature:
     regex: re.Pattern[str]
     examples: tuple[str, ...]
     ere: str | None = None
+    # The line reports another node's failure (slurmstepd on a surviving node): the file it
+    # sits in names a witness, not the origin, so the hit takes no location from its source.
+    witness: bool = False
 
     @property
     def grep_pattern(self) -> str:
@@ -89,6 +92,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         pattern = str(entry["regex"])
         raw_examples = entry.get("examples", [])
         ere = entry.get("ere")
+        witness = bool(entry.get("witness", False))
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(f"{origin}: bad signature {entry.get('id')!r}: {exc}") from exc
     if not 0.0 <= weight <= 1.0:
@@ -107,6 +111,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         regex=regex,
         examples=tuple(raw_examples),
         ere=str(ere) if ere is not None else None,
+        witness=witness,
     )
 
 

@@ -187,6 +187,8 @@ class _Scanner:
             if attribution is None:
                 attribution = _attribute(text)
             host, rank, gpu, timestamp = attribution
+            if signature.witness:
+                host = rank = None
             groups = {k: v for k, v in match.groupdict().items() if v}
             for name, value in groups.items():
                 if name.startswith(("host", "ip")):
@@ -202,8 +204,8 @@ class _Scanner:
                 file=source.name,
                 line=line_no,
                 text=_excerpt(text, match.start()),
-                host=host if host is not None else source.host,
-                rank=rank if rank is not None else source.rank,
+                host=host if host is not None or signature.witness else source.host,
+                rank=rank if rank is not None or signature.witness else source.rank,
                 gpu=gpu,
                 timestamp=timestamp,
             )

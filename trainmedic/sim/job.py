@@ -220,9 +220,17 @@ class Trainer:
         culprit = next(iter(broken or dict.fromkeys(down)))
         culprit_gpu = node_status(self.nodes_dir / culprit).gpu if self.nodes_dir else 0
         reporter = next((r for r, h, _ in self.ranks if h not in down), None)
-        if reporter is not None:
+        if reporter is not None and not down:
+            # torchrun names the failed rank only when its agent lived to see it fail.
             self.elastic_summary(reporter, culprit, culprit_gpu, failed_at)
         if down:
+            if reporter is not None:
+                # What slurmstepd writes into the job's output when a node of the job dies.
+                self.err(reporter).write(
+                    f"slurmstepd: error: *** STEP {self.job_dir.name}.0 ON "
+                    f"{self.ranks[reporter][1]} CANCELLED AT {failed_at:%Y-%m-%dT%H:%M:%S} DUE "
+                    "TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+                )
             return self.finish("NODE_FAIL", None, f"Node {down[0]} not responding")
         return self.finish("FAILED", 1, f"rank on {culprit} failed")
 

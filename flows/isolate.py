@@ -1,0 +1,164 @@
+"""The isolation step every runbook shares: drain nodes convicted by evidence (a proven
+origin in triage, pair tests in locate), through the one policy that decides who may drain
+what without a human.
+
+    decide (trainmedic.isolation: auto-approve size, blast radius, rate limit)
+    → if needed, pause for a human (typed form: approve / reject / approve subset, timeout)
+    → drain each approved node (reason names the run; recorded in the drain ledger)
+    → playbooks/isolate_node.yml on them (stop workloads, collect Xid / nvidia-smi / dcgmi)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from prefect import get_run_logger, pause_flow_run, task
+from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import FlowPauseTimeout
+from prefect.input import RunInput
+from prefect.runtime import flow_run
+from pydantic import BaseModel, Field
+
+from flows.tasks import drain_ledger_path, drain_node
+from trainmedic import isolation, validate
+from trainmedic.ansible import run_playbook
+from trainmedic.isolation import IsolationDecision, IsolationPolicy
+from trainmedic.models import NodeName, PlaybookResult
+from trainmedic.report import ActionRecord
+from trainmedic.scheduler import get_scheduler
+from trainmedic.settings import get_settings
+
+__all__ = ["IsolationApproval", "IsolationOutcome", "isolate"]
+
+
+class IsolationApproval(RunInput):
+    """A human's answer to "drain these nodes?"."""
+
+    decision: Literal["approve", "reject", "approve_subset"] = Field(
+        description="approve all, reject all, or approve only the nodes listed"
+    )
+    nodes: list[NodeName] = Field(
+        default_factory=list, description="for approve_subset: the nodes to drain"
+    )
+    note: str = Field(
+        default="",
+        max_length=200,
+        pattern=validate.SAFE_TEXT_RE.pattern,
+        description="why (goes into the report)",
+    )
+
+
+class IsolationOutcome(BaseModel):
+    mode: Literal["none", "auto", "approval"]
+    decided_by: str  # policy, a human's answer, timeout, dry run
+    candidates: list[str]
+    approved: list[str]
+    drained: list[str]
+    already_drained: list[str]
+    reasons: list[str]
+    ignored: list[str] = []
+    evidence: dict[str, dict[str, object]] = {}
+    actions: list[ActionRecord] = []
+
+
+@task(name="isolate-nodes", cache_policy=NO_CACHE)
+def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
+    """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
+    return run_playbook(
+        "isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason}, check=dry_run
+    )
+
+
+def isolate(
+    verdicts: dict[str, str],
+    *,
+    runbook: str,
+    evidence: str,
+    policy: IsolationPolicy,
+    approval_timeout_s: int,
+    job_id: str | None,
+    dry_run: bool,
+) -> IsolationOutcome:
+    """Isolate ``verdicts`` (node → what convicted it, e.g. "faulty", "ECCError")."""
+    logger = get_run_logger()
+    candidates = list(verdicts)
+    cluster = get_scheduler().nodes()
+    drained = {n.name for n in cluster if n.state == "DRAINED"}
+    path = drain_ledger_path(get_settings())
+    ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
+    recent = isolation.recent_drains(ledger, datetime.now(UTC), policy.window_s)
+    decision = isolation.decide_isolation(
+        candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=policy
+    )
+    logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
+
+    approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
+    run_name = flow_run.get_name() or "local"
+    actions: list[ActionRecord] = []
+    found: dict[str, dict[str, object]] = {}
+    if approved:
+        for node in approved:
+            reason = f"trainmedic {runbook} {run_name}: {verdicts[node]} {evidence}"
+            if job_id:
+                reason += f" (job {job_id})"
+            actions.append(drain_node(node, reason, dry_run))
+        result = isolate_nodes(approved, f"{runbook} {run_name}", dry_run)
+        for host, facts in result.facts.items():
+            collected = facts.get("trainmedic_isolation")
+            found[host] = {
+                "outcome": str(result.hosts.get(host)),
+                **(collected if isinstance(collected, dict) else {}),
+            }
+    return IsolationOutcome(
+        mode=decision.mode,
+        decided_by=decided_by,
+        candidates=candidates,
+        approved=approved,
+        drained=[a.target for a in actions if a.changed],
+        already_drained=list(decision.already_drained),
+        reasons=list(decision.reasons),
+        ignored=ignored,
+        evidence=found,
+        actions=actions,
+    )
+
+
+def _approve(
+    decision: IsolationDecision, approval_timeout_s: int, dry_run: bool
+) -> tuple[list[str], list[str], str]:
+    """The approved nodes, the ignored ones, and who decided."""
+    if decision.mode == "none":
+        return [], [], "nothing new to drain"
+    if decision.mode == "auto":
+        return list(decision.nodes), [], "policy (auto-approved)"
+    if dry_run:
+        # Nothing will be drained anyway: show the evidence as if a human had said yes.
+        return list(decision.nodes), [], "dry run (approval would be asked)"
+    logger = get_run_logger()
+    prompt = "\n".join(
+        [
+            f"### Drain {len(decision.nodes)} node(s)? {', '.join(decision.nodes)}",
+            "",
+            *[f"- {reason}" for reason in decision.reasons],
+            "",
+            "`approve` all, `reject` all, or `approve_subset` with the nodes to drain. "
+            f"No answer within {approval_timeout_s} s: nothing is drained.",
+        ]
+    )
+    try:
+        answer = pause_flow_run(
+            wait_for_input=IsolationApproval.with_initial_data(
+                description=prompt, decision="reject", nodes=list(decision.nodes)
+            ),
+            timeout=approval_timeout_s,
+            poll_interval=2,
+        )
+    except FlowPauseTimeout:
+        logger.warning("no approval within %d s: nothing drained", approval_timeout_s)
+        return [], [], f"approval timed out after {approval_timeout_s} s: nothing drained"
+    approved, ignored = isolation.approved_nodes(decision, answer.decision, answer.nodes)
+    if ignored:
+        logger.warning("approval named nodes that were not convicted, ignored: %s", ignored)
+    note = f": {answer.note}" if answer.note else ""
+    return approved, ignored, f"human: {answer.decision}{note}"
