@@ -19,12 +19,14 @@ from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 
-from trainmedic import checkpoints, isolation
+from trainmedic import checkpoints, isolation, safety
 from trainmedic.ansible import run_playbook
-from trainmedic.errors import CheckpointError, SchedulerError, TelemetryError
+from trainmedic.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
+from trainmedic.files import append_line
 from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
 from trainmedic.recovery import LossRecord, parse_loss_history
 from trainmedic.report import ActionRecord
+from trainmedic.safety import ActionEntry, ActionKind, BreakerState
 from trainmedic.scheduler import get_scheduler
 from trainmedic.settings import Settings, get_settings
 from trainmedic.telemetry import fetch_gpu_telemetry
@@ -116,6 +118,31 @@ def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
     return [s for s in samples if s.host in wanted]
 
 
+def breaker_status() -> BreakerState:
+    settings = get_settings()
+    path = settings.action_ledger
+    entries = safety.parse_entries(path.read_text()) if path.exists() else []
+    return safety.breaker_state(entries, datetime.now(UTC), settings.circuit_breaker())
+
+
+@contextlib.contextmanager
+def guarded(kind: ActionKind, target: str) -> Iterator[None]:
+    """Every destructive action passes here: refused while the circuit breaker is open,
+    recorded in the action ledger once done."""
+    state = breaker_status()
+    if state.open:
+        get_run_logger().error("%s %s refused: %s", kind, target, state.describe())
+        raise PolicyRefused(
+            f"{kind} {target} refused: {state.describe()}; a human resets it with "
+            "`trainmedic breaker --reset` after checking what the automation did"
+        )
+    yield
+    entry = ActionEntry(
+        kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
+    )
+    append_line(get_settings().action_ledger, safety.entry_line(entry))
+
+
 def drain_ledger_path(settings: Settings) -> Path:
     """Every drain trainmedic made, one JSON line each: the blast-radius rate limit reads it."""
     return settings.home / "isolation" / "drains.jsonl"
@@ -130,16 +157,17 @@ def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
     if dry_run:
         logger.info("dry run: would drain %s (%s)", node, reason)
         return ActionRecord(what="drain", target=node, outcome="dry run: not drained")
-    changed = get_scheduler().drain(node, reason)
+    scheduler = get_scheduler()
+    if any(n.name == node and n.state == "DRAINED" for n in scheduler.nodes()):
+        changed = False  # idempotent, and a no-op spends nothing of the breaker
+    else:
+        with guarded(ActionKind.drain, node):
+            changed = scheduler.drain(node, reason)
     if changed:
         record = isolation.DrainRecord(
             node=node, at=datetime.now(UTC), flow_run=flow_run.get_name() or "", reason=reason
         )
-        path = drain_ledger_path(get_settings())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # One short O_APPEND write per record: concurrent runbooks do not tear lines.
-        with path.open("a") as handle:
-            handle.write(isolation.ledger_line(record))
+        append_line(drain_ledger_path(get_settings()), isolation.ledger_line(record))
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
     return ActionRecord(
         what="drain",
@@ -189,9 +217,10 @@ def resubmit_job(
             exclude,
         )
         return None
-    new = scheduler.resubmit(
-        job.job_id, resume_from_step=checkpoint.step, exclude=tuple(exclude), **changes
-    )
+    with guarded(ActionKind.resubmit, f"job {job.job_id}"):
+        new = scheduler.resubmit(
+            job.job_id, resume_from_step=checkpoint.step, exclude=tuple(exclude), **changes
+        )
     logger.info("resubmitted job %s as %s from step %d", job.job_id, new.job_id, checkpoint.step)
     return new
 
@@ -232,7 +261,11 @@ def stop_job(job: JobInfo, reason: str, dry_run: bool) -> ActionRecord:
     reason = safe_text(reason, "reason")
     if dry_run:
         return ActionRecord(what="stop job", target=f"job {job.job_id}", outcome="dry run")
-    changed = get_scheduler().cancel(job.job_id, reason)
+    if get_scheduler().job(job.job_id).state.finished:
+        changed = False
+    else:
+        with guarded(ActionKind.stop_job, f"job {job.job_id}"):
+            changed = get_scheduler().cancel(job.job_id, reason)
     get_run_logger().warning(
         "stop job %s: %s", job.job_id, "cancelled" if changed else "had already ended"
     )

@@ -348,6 +348,31 @@ def cmd_emit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_breaker(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from trainmedic import safety
+    from trainmedic.files import append_line
+
+    settings = get_settings()
+    path = settings.action_ledger
+    if args.reset:
+        who = safety.ActionEntry(
+            kind=safety.ActionKind.breaker_reset,
+            target="on-call",
+            at=datetime.now(UTC),
+            flow_run="cli",
+        )
+        append_line(path, safety.entry_line(who))
+    entries = safety.parse_entries(path.read_text()) if path.exists() else []
+    state = safety.breaker_state(entries, datetime.now(UTC), settings.circuit_breaker())
+    if args.json:
+        _print_json(state.model_dump())
+    else:
+        print(state.describe())
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from trainmedic.demo import run_demo
 
@@ -381,6 +406,14 @@ def _add_oncall_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     approve.add_argument("--nodes", help="approve only these nodes, e.g. node[003,017]")
     approve.add_argument("--note", default="", help="why (goes into the report)")
     approve.add_argument("--json", action="store_true")
+
+    breaker = add("breaker", cmd_breaker, "the circuit breaker in front of destructive actions")
+    breaker.add_argument(
+        "--reset",
+        action="store_true",
+        help="close it again (recorded) after checking what the automation did",
+    )
+    breaker.add_argument("--json", action="store_true")
 
     runs = add("runs", cmd_runs, "runbook history with state and outcome")
     runs.add_argument("--job", help="only runs about this job id")

@@ -8,6 +8,7 @@
     ├── PlaybookError               ansible-runner could not run a playbook, or it failed
     ├── TelemetryError              the metrics endpoint could not be read or parsed
     ├── CheckpointError             no valid checkpoint to restart from
+    ├── PolicyRefused               the safety policy refused a destructive action
     └── ServerError                 the local Prefect server would not start or answer
 
 Foreign errors (httpx, ansible-runner, subprocess, OSError) are mapped at the edge with
@@ -22,6 +23,7 @@ __all__ = [
     "InputError",
     "JobNotFound",
     "PlaybookError",
+    "PolicyRefused",
     "SchedulerError",
     "ServerError",
     "TelemetryError",
@@ -65,6 +67,10 @@ class TelemetryError(TrainmedicError):
 
 class CheckpointError(TrainmedicError):
     """No complete, valid checkpoint satisfies the request."""
+
+
+class PolicyRefused(TrainmedicError):
+    """A destructive action was refused by the safety policy (circuit breaker open)."""
 
 
 class ServerError(TrainmedicError):

@@ -37,3 +37,11 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line (a JSON record) to a ledger file. One short O_APPEND write per record,
+    so concurrent runbooks never tear each other's lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(line if line.endswith("\n") else line + "\n")

@@ -15,6 +15,7 @@ from pydantic import Field, HttpUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trainmedic.isolation import IsolationPolicy
+from trainmedic.safety import CircuitBreaker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,10 @@ class Settings(BaseSettings):
     drain_min_drainable: int = Field(default=1, ge=0, le=64)
     approval_timeout_s: int = Field(default=1800, ge=10, le=7 * 86_400)
 
+    # Circuit breaker (trainmedic.safety): destructive actions per window before it opens.
+    breaker_limit: int = Field(default=20, ge=1, le=100_000)
+    breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)
+
     # Recovery policy.
     retry_budget: int = Field(default=3, ge=0, le=50)
     crash_loop_after: int = Field(default=3, ge=2, le=50, description="same failure N times")
@@ -68,6 +73,13 @@ class Settings(BaseSettings):
             window_s=3600,
             min_drainable=self.drain_min_drainable,
         )
+
+    def circuit_breaker(self) -> CircuitBreaker:
+        return CircuitBreaker(limit=self.breaker_limit, window_s=self.breaker_window_s)
+
+    @property
+    def action_ledger(self) -> Path:
+        return self.home / "safety" / "actions.jsonl"
 
     @property
     def sim_home(self) -> Path:
