@@ -7,7 +7,9 @@ act, so each shows up in the Prefect UI as one named, retried, logged step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +23,7 @@ from prefect.runtime import flow_run
 
 from trainmedic import checkpoints, isolation, safety
 from trainmedic.ansible import run_playbook
+from trainmedic.diagnosis import LlmConfig, llm_config_from_env
 from trainmedic.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
 from trainmedic.files import append_line
 from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
@@ -178,10 +181,18 @@ def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
 
 
 @task(name="choose-checkpoint", cache_policy=NO_CACHE)
-def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoint:
-    """The newest complete checkpoint whose checksums match (partial/truncated ones skipped)."""
+def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoint | None:
+    """The newest complete checkpoint whose checksums match (partial/truncated ones skipped).
+
+    None when the job never wrote one (it died before its first save): it starts over, which
+    loses nothing. Checkpoints that all fail validation are different: starting over would
+    throw away the whole run, so that raises for a human to decide.
+    """
     found = checkpoints.scan(Path(job.checkpoint_dir))
     logger = get_run_logger()
+    if not found:
+        logger.warning("job %s never saved a checkpoint: it starts from the beginning", job.job_id)
+        return None
     for bad in (c for c in found if not c.valid):
         logger.warning("skipping checkpoint step %d: %s", bad.step, bad.problem)
     chosen = checkpoints.newest_valid(found, before_step=before_step)
@@ -192,7 +203,7 @@ def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoin
 @task(name="resubmit-job", cache_policy=NO_CACHE)
 def resubmit_job(
     job: JobInfo,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | None,
     exclude: list[str],
     changes: dict[str, object],
     dry_run: bool,
@@ -213,15 +224,23 @@ def resubmit_job(
         logger.info(
             "dry run: would resubmit %s from step %d excluding %s",
             job.job_id,
-            checkpoint.step,
+            checkpoint.step if checkpoint else 0,
             exclude,
         )
         return None
     with guarded(ActionKind.resubmit, f"job {job.job_id}"):
         new = scheduler.resubmit(
-            job.job_id, resume_from_step=checkpoint.step, exclude=tuple(exclude), **changes
+            job.job_id,
+            resume_from_step=checkpoint.step if checkpoint else None,
+            exclude=tuple(exclude),
+            **changes,
         )
-    logger.info("resubmitted job %s as %s from step %d", job.job_id, new.job_id, checkpoint.step)
+    logger.info(
+        "resubmitted job %s as %s from step %d",
+        job.job_id,
+        new.job_id,
+        checkpoint.step if checkpoint else 0,
+    )
     return new
 
 
@@ -313,3 +332,18 @@ def wait_for_checkpoint(job: JobInfo, newer_than: int, timeout_s: float) -> Chec
     raise CheckpointError(
         f"job {job.job_id}: no new valid checkpoint after step {newer_than} within {timeout_s} s"
     )
+
+
+LLM_KEY_BLOCK_ENV = "TRAINMEDIC_LLM_API_KEY_BLOCK"
+
+
+def llm_config() -> LlmConfig | None:
+    """The optional LLM fallback's endpoint; its key from the environment or, better, from
+    the Prefect Secret block named in TRAINMEDIC_LLM_API_KEY_BLOCK (never logged)."""
+    config = llm_config_from_env()
+    block = os.environ.get(LLM_KEY_BLOCK_ENV)
+    if config is not None and config.api_key is None and block:
+        from prefect.blocks.system import Secret
+
+        config = dataclasses.replace(config, api_key=str(Secret.load(block).get()))
+    return config

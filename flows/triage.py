@@ -24,6 +24,7 @@ from flows.tasks import (
     fetch_job_logs,
     fetch_telemetry,
     job_lock,
+    llm_config,
     load_job,
     resubmit_job,
     stop_job,
@@ -90,6 +91,7 @@ def classify_failure(
         exit_code=job.exit_code,
         heartbeat_age_s=heartbeat_age_s,
         hang_after_s=hang_after_s,
+        llm=llm_config(),
     )
     get_run_logger().info(
         "diagnosis: %s on %s (confidence %.2f)",
@@ -203,6 +205,7 @@ def _triage(request: TriageRequest) -> TriageResult:
     new_job: JobInfo | None = None
     if restarting:
         checkpoint = choose_checkpoint(job)
+        from_step = checkpoint.step if checkpoint else 0
         new_job = resubmit_job(job, checkpoint, exclude, dict(plan.spec_changes), request.dry_run)
         if new_job is not None:
             actions.append(
@@ -210,11 +213,11 @@ def _triage(request: TriageRequest) -> TriageResult:
                     what="resubmit",
                     target=f"job {job.job_id}",
                     changed=True,
-                    outcome=f"job {new_job.job_id} from step {checkpoint.step}",
+                    outcome=f"job {new_job.job_id} from step {from_step}",
                 )
             )
             if not request.dry_run:
-                new_job = verify_restart(new_job, checkpoint.step)
+                new_job = verify_restart(new_job, from_step)
                 actions.append(
                     ActionRecord(
                         what="verify",

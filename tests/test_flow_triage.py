@@ -122,3 +122,18 @@ def test_node_failure_without_proven_origin_is_located_by_pair_tests(prefect_ser
     assert dead not in new.nodes and dead in new.spec.exclude
     text = report(result)
     assert "| pair test |" in text and f"faulty ['{dead}']" in text
+
+
+def test_job_that_never_saved_starts_over(prefect_server, sim) -> None:
+    from flows.triage import TriageRequest, triage
+
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name="young", nodes=2, steps=100_000, checkpoint_every=500))
+    wait_step(job, 5)
+    cluster.inject(job.nodes[0], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    result = triage(TriageRequest(job_id=failed.job_id))
+    assert result.checkpoint_step is None
+    new = scheduler.job(result.new_job_id)
+    assert new.spec.resume_from_step is None and failed.nodes[0] not in new.nodes
+    assert "restarted from the beginning" in report(result)

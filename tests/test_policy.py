@@ -114,3 +114,10 @@ def test_crash_loop_stops_and_pages() -> None:
     )
     assert not plan.restart and plan.page_oncall
     assert any("crash loop" in r for r in plan.reasons)
+
+
+def test_llm_suggestion_waits_for_a_human() -> None:
+    suggested = diagnosis(Category.StorageError).model_copy(update={"source": "llm"})
+    plan = plan_remediation(suggested, job())
+    assert not plan.restart and not plan.drain and plan.page_oncall
+    assert any("LLM" in r for r in plan.reasons)

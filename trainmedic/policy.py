@@ -74,6 +74,15 @@ def plan_remediation(
     ]
     origin = origin_node(diagnosis, job)
 
+    if diagnosis.source == "llm":
+        reasons.append(
+            "the diagnosis is the LLM fallback's suggestion, not a rule's: a human confirms or "
+            "corrects it before anything is drained or restarted"
+        )
+        return Plan(
+            action=Action.investigate, origin_node=origin, page_oncall=True, reasons=tuple(reasons)
+        )
+
     if not diagnosis.remediation.auto_retry:
         reasons.append(
             "not retried automatically: "

@@ -89,6 +89,8 @@ def triage_report(
     lines += ["", "## Restart", ""]
     if checkpoint is not None:
         lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
+    elif new_job is not None:
+        lines.append("- no checkpoint was ever saved: restarted from the beginning")
     if new_job is not None:
         lines.append(
             f"- new job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}"
