@@ -20,9 +20,10 @@ ip netns list >/dev/null 2>&1 || skip "ip netns is not usable on this machine"
 probe="tmtb-probe-$$"
 if ! ip netns add "$probe" 2>/dev/null; then skip "cannot create a network namespace here"; fi
 ip netns del "$probe"
+bash scripts/bootstrap.sh
 python -c 'import torch' 2>/dev/null || {
-    echo "integration: installing the testbed extra (torch, CPU)" >&2
-    python -m pip install -q -e '.[testbed]'
+    echo "integration: installing the testbed extra (torch==2.13.0, CPU build)" >&2
+    python -m pip install --quiet --disable-pip-version-check -e '.[test,testbed]'
 }
 
 t0=$SECONDS

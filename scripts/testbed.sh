@@ -71,25 +71,35 @@ need_root() {
 # Alive and really the daemon we started: a stale pid file must not make us signal whatever
 # process got the pid afterwards.
 pid_alive() {
-    local pidfile=$1 comm=$2 pid stat
+    local pidfile=$1 comm=$2 pid
     pid=$(cat "$pidfile" 2>/dev/null) || return 1
+    proc_alive "$pid" "$comm"
+}
+
+proc_alive() {
+    local pid=$1 comm=$2 stat
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$comm"* ]] || return 1
+    # An exited daemon whose parent has not reaped it yet is a zombie, not alive.
     stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
     stat=${stat##*) }
     [[ "${stat:0:1}" != Z ]]
 }
 
+# By pid file, then by that pid: daemons remove their pid file before they are gone.
 stop_pid() {
     local pidfile=$1 comm=$2 pid i
     if pid_alive "$pidfile" "$comm"; then
         pid=$(cat "$pidfile" 2>/dev/null) || return 0
         kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 50; i++)); do
-            pid_alive "$pidfile" "$comm" || break
+        for ((i = 0; i < 100; i++)); do
+            proc_alive "$pid" "$comm" || break
             sleep 0.1
         done
-        pid_alive "$pidfile" "$comm" && kill -KILL "$pid" 2>/dev/null
+        if proc_alive "$pid" "$comm"; then
+            log "$comm (pid $pid) ignored SIGTERM for 10 s: SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
     fi
     rm -f "$pidfile"
 }

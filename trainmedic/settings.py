@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, HttpUrl
+from pydantic import Field, HttpUrl, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trainmedic.isolation import IsolationPolicy
@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     # Embedded Prefect server (ignored when PREFECT_API_URL points elsewhere).
     server_host: str = "127.0.0.1"
     server_port: int = Field(default=4200, ge=1, le=65535)
+    server_auth: SecretStr | None = Field(
+        default=None,
+        description="user:password: basic auth on the Prefect API (server and every client)",
+    )
     database_url: str | None = Field(
         default=None,
         description="PREFECT_SERVER_DATABASE_CONNECTION_URL, e.g. "

@@ -42,6 +42,11 @@ def prefect_env(settings: Settings) -> dict[str, str]:
     }
     if settings.database_url:
         env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = settings.database_url
+    if settings.server_auth is not None:
+        # The server demands it, every client (worker, flow runs, CLI, intake) sends it.
+        auth = settings.server_auth.get_secret_value()
+        env["PREFECT_SERVER_API_AUTH_STRING"] = auth
+        env["PREFECT_API_AUTH_STRING"] = auth
     return env
 
 
@@ -188,8 +193,11 @@ class Stack:
         return self.env["PREFECT_UI_URL"]
 
     def healthy(self) -> bool:
+        auth = self.env.get("PREFECT_API_AUTH_STRING")
+        credentials = tuple(auth.split(":", 1)) if auth and ":" in auth else None
         try:
-            return httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200
+            response = httpx.get(f"{self.api_url}/health", timeout=2, auth=credentials)
+            return response.status_code == 200
         except httpx.HTTPError:
             return False
 
