@@ -373,6 +373,22 @@ def cmd_breaker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_notify(args: argparse.Namespace) -> int:
+    import os
+
+    _with_prefect()
+    from trainmedic.notifications import install
+
+    # The URL usually carries a token: take it from the environment rather than argv (argv
+    # is visible to every user of the host in `ps`).
+    url = os.environ.get("TRAINMEDIC_WEBHOOK_URL") if args.webhook_from_env else None
+    if args.webhook_from_env and not url:
+        raise InputError("TRAINMEDIC_WEBHOOK_URL", "", "is not set")
+    automation = install(block_name=args.block, webhook_url=url)
+    print(f"automation {automation.name} -> block {args.block}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from trainmedic.demo import run_demo
 
@@ -414,6 +430,23 @@ def _add_oncall_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
         help="close it again (recorded) after checking what the automation did",
     )
     breaker.add_argument("--json", action="store_true")
+
+    notify = add(
+        "notify",
+        cmd_notify,
+        "notify on-call when a runbook fails or waits for "
+        "approval (Prefect automation -> notification block)",
+    )
+    notify.add_argument(
+        "--block",
+        default="trainmedic-oncall",
+        help="notification block to send to (e.g. an existing SlackWebhook)",
+    )
+    notify.add_argument(
+        "--webhook-from-env",
+        action="store_true",
+        help="first save a webhook block with the URL in TRAINMEDIC_WEBHOOK_URL",
+    )
 
     runs = add("runs", cmd_runs, "runbook history with state and outcome")
     runs.add_argument("--job", help="only runs about this job id")
