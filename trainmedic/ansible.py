@@ -8,7 +8,10 @@ log line wrote can reach a shell or a Jinja template.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import signal
 import sys
 import time
 import uuid
@@ -90,6 +93,31 @@ def _safe_extravars(extravars: Mapping[str, object]) -> dict[str, object]:
     return safe
 
 
+RUN_MARKER = "TRAINMEDIC_PLAYBOOK_RUN"
+
+
+def kill_marked_processes(run_id: str) -> int:
+    """SIGKILL every process whose environment carries this run's marker.
+
+    ansible-runner stops ansible-playbook at its timeout, but the forks and the commands they
+    started (a hung allgather) are orphaned and live on, holding GPUs and ports.
+    """
+    wanted = f"{RUN_MARKER}={run_id}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
 def run_playbook(
     playbook: str,
     targets: Sequence[str],
@@ -112,7 +140,8 @@ def run_playbook(
     variables = _safe_extravars({**(extravars or {}), "trainmedic_target": ":".join(hosts)})
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    private = settings.home / "ansible" / f"{stamp}-{playbook_path.stem}-{uuid.uuid4().hex[:8]}"
+    run_id = uuid.uuid4().hex[:8]
+    private = settings.home / "ansible" / f"{stamp}-{playbook_path.stem}-{run_id}"
     private.mkdir(parents=True)
     bin_dir = str(Path(sys.executable).parent)
     envvars = {
@@ -123,6 +152,9 @@ def run_playbook(
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        # Inherited by every process of the run (forks, modules, the commands they start):
+        # after a timeout, this is how the leftovers are found.
+        RUN_MARKER: run_id,
     }
     try:
         runner = ansible_runner.run(
@@ -154,6 +186,11 @@ def run_playbook(
         else:
             outcomes[host] = HostOutcome.skipped
     if runner.status == "timeout":
+        killed = kill_marked_processes(run_id)
+        if killed:
+            logging.getLogger(__name__).warning(
+                "%s timed out: killed %d leftover processes", playbook, killed
+            )
         raise PlaybookError(
             f"{playbook}: timed out after {timeout_s or settings.playbook_timeout_s} s"
         )
