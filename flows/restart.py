@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.tasks import job_lock, load_job, resubmit_job, stop_job, verify_restart
+from flows.tasks import job_lock, load_job, restart_from, stop_job
 from trainmedic import checkpoints
 from trainmedic.errors import CheckpointError
 from trainmedic.models import JobId
@@ -59,18 +59,10 @@ def restart(request: RestartRequest) -> RestartResult:
             actions.append(stop_job(job, "trainmedic restart by on-call", request.dry_run))
         drained = [n.name for n in get_scheduler().nodes() if n.state == "DRAINED"]
         exclude = sorted({*job.spec.exclude, *(n for n in drained if n in job.nodes)})
-        new_job = resubmit_job(job, target, exclude, {}, request.dry_run)
-        if new_job is not None:
-            actions.append(
-                ActionRecord(
-                    what="resubmit",
-                    target=f"job {job.job_id}",
-                    changed=True,
-                    outcome=f"job {new_job.job_id} from step {target.step}",
-                )
-            )
-            if not request.dry_run:
-                new_job = verify_restart(new_job, target.step)
+        new_job, restarted = restart_from(
+            job, target, exclude=exclude, changes={}, dry_run=request.dry_run
+        )
+        actions.extend(restarted)
         logger.info(
             "restart of %s from step %d: %s",
             job.job_id,

@@ -18,9 +18,8 @@ from flows.tasks import (
     job_lock,
     load_job,
     read_loss_history,
-    resubmit_job,
+    restart_from,
     stop_job,
-    verify_restart,
 )
 from trainmedic import checkpoints
 from trainmedic.models import JobId
@@ -98,21 +97,14 @@ def rollback(request: RollbackRequest) -> RollbackResult:
                     job, f"trainmedic rollback: loss spike at step {spike.step}", request.dry_run
                 )
             )
-            new_job = resubmit_job(
-                job, target, list(job.spec.exclude), {"skip_batches": skip}, request.dry_run
+            new_job, restarted = restart_from(
+                job,
+                target,
+                exclude=list(job.spec.exclude),
+                changes={"skip_batches": skip},
+                dry_run=request.dry_run,
             )
-            if new_job is not None:
-                actions.append(
-                    ActionRecord(
-                        what="resubmit",
-                        target=f"job {job.job_id}",
-                        changed=True,
-                        outcome=f"job {new_job.job_id} from step {target.step}, "
-                        f"skipping batches {skip[0]}-{skip[1]}",
-                    )
-                )
-                if not request.dry_run:
-                    new_job = verify_restart(new_job, target.step)
+            actions.extend(restarted)
         report_id = create_markdown_artifact(
             key=f"rollback-{job.job_id}",
             markdown=rollback_report(

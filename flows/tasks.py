@@ -347,3 +347,36 @@ def llm_config() -> LlmConfig | None:
 
         config = dataclasses.replace(config, api_key=str(Secret.load(block).get()))
     return config
+
+
+def restart_from(
+    job: JobInfo,
+    checkpoint: Checkpoint | None,
+    *,
+    exclude: list[str],
+    changes: dict[str, object],
+    dry_run: bool,
+) -> tuple[JobInfo | None, list[ActionRecord]]:
+    """Resubmit ``job`` from ``checkpoint`` (None: from the beginning) and, unless a dry run,
+    wait until it trains again. Returns the new job and the actions for the report."""
+    from_step = checkpoint.step if checkpoint else 0
+    new_job = resubmit_job(job, checkpoint, exclude, changes, dry_run)
+    if new_job is None:
+        return None, []
+    skipped = changes.get("skip_batches")
+    outcome = f"job {new_job.job_id} from step {from_step}"
+    if isinstance(skipped, tuple):
+        outcome += f", skipping batches {skipped[0]}-{skipped[1]}"
+    actions = [
+        ActionRecord(what="resubmit", target=f"job {job.job_id}", changed=True, outcome=outcome)
+    ]
+    if not dry_run:
+        new_job = verify_restart(new_job, from_step)
+        actions.append(
+            ActionRecord(
+                what="verify",
+                target=f"job {new_job.job_id}",
+                outcome="heartbeat advancing past the checkpoint",
+            )
+        )
+    return new_job, actions

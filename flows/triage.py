@@ -26,9 +26,8 @@ from flows.tasks import (
     job_lock,
     llm_config,
     load_job,
-    resubmit_job,
+    restart_from,
     stop_job,
-    verify_restart,
 )
 from trainmedic.diagnosis import LogSource, diagnose
 from trainmedic.ledger import DiagnosisLedger
@@ -205,26 +204,14 @@ def _triage(request: TriageRequest) -> TriageResult:
     new_job: JobInfo | None = None
     if restarting:
         checkpoint = choose_checkpoint(job)
-        from_step = checkpoint.step if checkpoint else 0
-        new_job = resubmit_job(job, checkpoint, exclude, dict(plan.spec_changes), request.dry_run)
-        if new_job is not None:
-            actions.append(
-                ActionRecord(
-                    what="resubmit",
-                    target=f"job {job.job_id}",
-                    changed=True,
-                    outcome=f"job {new_job.job_id} from step {from_step}",
-                )
-            )
-            if not request.dry_run:
-                new_job = verify_restart(new_job, from_step)
-                actions.append(
-                    ActionRecord(
-                        what="verify",
-                        target=f"job {new_job.job_id}",
-                        outcome="heartbeat advancing past the checkpoint",
-                    )
-                )
+        new_job, restarted = restart_from(
+            job,
+            checkpoint,
+            exclude=exclude,
+            changes=dict(plan.spec_changes),
+            dry_run=request.dry_run,
+        )
+        actions.extend(restarted)
     if plan.notify_owner:
         actions.append(
             ActionRecord(
