@@ -30,3 +30,12 @@ def wait_step(job: JobInfo, step: int, timeout: float = 60) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError(f"job {job.job_id} never reached step {step}")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a server of the test's own)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

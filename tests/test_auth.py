@@ -3,12 +3,12 @@ every client of the stack sending PREFECT_API_AUTH_STRING. A real server checks 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers import free_port
 
 from trainmedic.errors import ServerError
 from trainmedic.events import emit
@@ -18,12 +18,6 @@ from trainmedic.stack import Stack
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 AUTH = "oncall:correct-horse-battery"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ a real server's automation service posts to a real HTTP receiver on 127.0.0.1.""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
+from helpers import free_port
 from prefect import flow, tags
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -32,12 +32,6 @@ class Receiver(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

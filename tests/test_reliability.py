@@ -4,7 +4,6 @@ hung scheduler command. Each is bounded and nothing is done twice."""
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import threading
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -23,12 +23,6 @@ from trainmedic.models import NodeState
 from trainmedic.scheduler.slurm import SlurmScheduler
 from trainmedic.settings import get_settings
 from trainmedic.stack import Stack
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,7 +9,11 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -45,3 +49,17 @@ def append_line(path: Path, line: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         handle.write(line if line.endswith("\n") else line + "\n")
+
+
+def parse_records(text: str, model: type[RecordT]) -> list[RecordT]:
+    """The records of a JSON-lines ledger. A torn or foreign line (a writer killed mid-line,
+    an edit by hand) is skipped, never fatal."""
+    records: list[RecordT] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(model.model_validate(json.loads(line)))
+        except (ValueError, ValidationError):
+            continue
+    return records

@@ -17,15 +17,15 @@ many broken nodes, and draining a tenth of a cluster stops training as surely as
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from trainmedic.errors import InputError
+from trainmedic.files import parse_records
 from trainmedic.models import NodeName, Strict
 
 __all__ = [
@@ -175,14 +175,6 @@ def ledger_line(record: DrainRecord) -> str:
 
 
 def parse_ledger(text: str) -> list[DrainRecord]:
-    """The ledger's records; a torn or foreign line is skipped, never fatal: losing one
-    record only makes the rate limit more permissive by one node."""
-    records: list[DrainRecord] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            records.append(DrainRecord.model_validate(json.loads(line)))
-        except (ValueError, ValidationError):
-            continue
-    return records
+    """The ledger's records; a torn or foreign line is skipped: losing one record only makes
+    the rate limit more permissive by one node."""
+    return parse_records(text, DrainRecord)

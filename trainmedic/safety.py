@@ -9,13 +9,13 @@ resets it (`trainmedic breaker --reset`), which is itself recorded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
+from trainmedic.files import parse_records
 from trainmedic.models import Strict
 
 
@@ -60,15 +60,7 @@ def entry_line(entry: ActionEntry) -> str:
 
 def parse_entries(text: str) -> list[ActionEntry]:
     """A torn or foreign line is skipped: it can only make the breaker more permissive by one."""
-    entries = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            entries.append(ActionEntry.model_validate(json.loads(line)))
-        except (ValueError, ValidationError):
-            continue
-    return entries
+    return parse_records(text, ActionEntry)
 
 
 def breaker_state(
