@@ -253,7 +253,10 @@ def verify_restart(new_job: JobInfo, from_step: int) -> JobInfo:
     heartbeat = Path(new_job.heartbeat_path)
     while time.monotonic() < deadline:
         current = scheduler.job(new_job.job_id)
-        if current.state.finished and current.state != "COMPLETED":
+        if current.state == "COMPLETED":
+            # It trained to the end (a short remainder, or checked late by a duplicate run).
+            return current
+        if current.state.finished:
             raise SchedulerError(
                 f"resubmitted job {new_job.job_id} ended {current.state} before making progress"
             )

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# The test suite, from a fresh machine: installs the venv, starts a real Slurm cluster when this
-# machine can run one (root + apt), lints (ruff, ansible-lint production profile), runs pytest.
-# Exits non-zero on any failure.
+# The test suite, from a fresh machine: installs the venv, starts a real Slurm cluster and a
+# PostgreSQL server (the e2e stack's second backend) and installs Chromium (the UI tests) when
+# this machine can (root + apt), lints (ruff, ansible-lint production profile), runs pytest,
+# then the real-cluster integration tier (scripts/integration.sh; skips where it cannot run).
+# Exits non-zero on any failure. TRAINMEDIC_SKIP_SLURM / _SKIP_POSTGRES / _SKIP_UI=1 opt out.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 slurm_env=$(mktemp)
-cleanup() { [[ -n ${SLURM_CONF:-} ]] && bash scripts/slurm.sh down >/dev/null 2>&1 || true; rm -f "$slurm_env"; }
+pg_env=$(mktemp)
+pg_started=0
+logs="${TMPDIR:-/tmp}"
+cleanup() {
+    if [[ -n ${SLURM_CONF:-} ]]; then bash scripts/slurm.sh down >/dev/null 2>&1 || true; fi
+    # Only a server this run started: one a developer had running stays up.
+    if [[ $pg_started == 1 ]]; then bash scripts/postgres.sh down >/dev/null 2>&1 || true; fi
+    rm -f "$slurm_env" "$pg_env"
+}
 trap cleanup EXIT
-if [[ ${TRAINMEDIC_SKIP_SLURM:-0} != 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+can_install=0
+[[ $(id -u) == 0 ]] && command -v apt-get >/dev/null && can_install=1
+if [[ ${TRAINMEDIC_SKIP_SLURM:-0} != 1 && $can_install == 1 ]]; then
     if bash scripts/slurm.sh up >"$slurm_env" 2>slurm-up.log; then
         # shellcheck disable=SC1090
         . "$slurm_env"
@@ -20,9 +32,46 @@ if [[ ${TRAINMEDIC_SKIP_SLURM:-0} != 1 && $(id -u) == 0 ]] && command -v apt-get
     fi
 fi
 
+# A TRAINMEDIC_TEST_DATABASE_URL from outside (a developer's own server) is used as it is.
+if [[ -z ${TRAINMEDIC_TEST_DATABASE_URL:-} && ${TRAINMEDIC_SKIP_POSTGRES:-0} != 1 && $can_install == 1 ]]; then
+    bash scripts/postgres.sh status >/dev/null 2>&1 || pg_started=1
+    if bash scripts/postgres.sh up >"$pg_env" 2>"$logs/trainmedic-postgres-up.log"; then
+        # shellcheck disable=SC1090
+        . "$pg_env"
+        echo "test: PostgreSQL up ($TRAINMEDIC_TEST_DATABASE_URL)"
+    else
+        echo "test: PostgreSQL could not start here; its e2e tests will skip" \
+            "(see $logs/trainmedic-postgres-up.log)" >&2
+    fi
+fi
+
+if [[ ! -x /usr/bin/chromium && ${TRAINMEDIC_SKIP_UI:-0} != 1 && $can_install == 1 ]]; then
+    # --no-install-recommends: ~10 s here instead of pulling fonts and desktop integration.
+    install_chromium() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+    if install_chromium >"$logs/trainmedic-chromium.log" 2>&1 ||
+        { apt-get update -q && install_chromium; } >>"$logs/trainmedic-chromium.log" 2>&1; then
+        echo "test: installed chromium for the UI tests"
+    else
+        echo "test: chromium could not be installed; the UI tests will skip" \
+            "(see $logs/trainmedic-chromium.log)" >&2
+    fi
+fi
+
 echo "test: ruff"
 ruff check .
 echo "test: ansible-lint (production profile)"
 ansible-lint -q playbooks/
 echo "test: pytest"
-python -m pytest -q -p no:cacheprovider "$@"
+status=0
+python -m pytest -q -p no:cacheprovider "$@" || status=$?
+
+# The real-cluster tier brings up its own Slurm on the testbed: the first one goes first.
+if [[ -n ${SLURM_CONF:-} ]]; then
+    bash scripts/slurm.sh down >/dev/null 2>&1 || true
+    unset SLURM_CONF
+fi
+if [[ ${TRAINMEDIC_SKIP_INTEGRATION:-0} != 1 ]]; then
+    echo "test: integration tier (network namespaces, sshd, Slurm, gloo allgather)"
+    bash scripts/integration.sh || status=$?
+fi
+exit "$status"

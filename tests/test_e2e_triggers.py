@@ -4,10 +4,12 @@ DCGM exporter) in a temporary home, the intake, and jobs on the simulated cluste
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import statistics
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,56 @@ from trainmedic.stack import Stack
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 LATENCIES: list[float] = []
 
+# `scripts/postgres.sh up` prints it; scripts/test.sh exports it when it could start PostgreSQL.
+DATABASE_URL_ENV = "TRAINMEDIC_TEST_DATABASE_URL"
+# On PostgreSQL only the event path under concurrent flow runs (trigger, duplicates and
+# replays): that is where the backends differ, and the whole module twice costs CI ~95 s more.
+POSTGRESQL_TESTS = {
+    "test_failure_event_triggers_triage_and_resubmission",
+    "test_duplicate_events_remediate_once",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "stack" not in metafunc.fixturenames:
+        return
+    backends = [pytest.param("sqlite", id="sqlite")]
+    if metafunc.function.__name__ in POSTGRESQL_TESTS:
+        backends.append(
+            pytest.param(
+                "postgresql",
+                id="postgresql",
+                marks=pytest.mark.skipif(
+                    not os.environ.get(DATABASE_URL_ENV),
+                    reason=f'{DATABASE_URL_ENV} is not set (eval "$(scripts/postgres.sh up)")',
+                ),
+            )
+        )
+    metafunc.parametrize("stack", backends, indirect=True, scope="module")
+
+
+def _admin_dsn(url: str) -> tuple[str, str]:
+    """asyncpg's DSN for ``url`` and the URL with a fresh database name in place of its own."""
+    from sqlalchemy.engine import make_url
+
+    base = make_url(url)
+    fresh = base.set(database=f"prefect_e2e_{uuid.uuid4().hex[:12]}")
+    dsn = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    return dsn, fresh.render_as_string(hide_password=False)
+
+
+def _pg(dsn: str, sql: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -35,8 +87,11 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Stack]]:
-    root = tmp_path_factory.mktemp("e2e")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Settings, Stack]]:
+    backend: str = request.param
+    root = tmp_path_factory.mktemp(f"e2e-{backend}")
     overrides = {
         "TRAINMEDIC_HOME": str(root / "home"),
         "TRAINMEDIC_INVENTORY": str(root / "inventory"),
@@ -45,9 +100,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
         "TRAINMEDIC_VERIFY_TIMEOUT_S": "60",
         "TRAINMEDIC_HANG_TIMEOUT_S": "6",
     }
-    saved = {k: os.environ.get(k) for k in [*overrides, "PREFECT_API_URL"]}
+    admin_dsn, database = None, ""
+    if backend == "postgresql":
+        # A database of its own: a shared one would carry deployments, automations and
+        # concurrency slots over from earlier runs, whose sim job ids this run reuses.
+        admin_dsn, overrides["TRAINMEDIC_DATABASE_URL"] = _admin_dsn(os.environ[DATABASE_URL_ENV])
+        database = overrides["TRAINMEDIC_DATABASE_URL"].rsplit("/", 1)[1]
+        _pg(admin_dsn, f'CREATE DATABASE "{database}"')
+    saved = {
+        k: os.environ.get(k) for k in [*overrides, "PREFECT_API_URL", "TRAINMEDIC_DATABASE_URL"]
+    }
+    os.environ.pop("TRAINMEDIC_DATABASE_URL", None)  # sqlite: never a database from outside
     os.environ.update(overrides)
     os.environ.pop("PREFECT_API_URL", None)
+    LATENCIES.clear()
     get_settings.cache_clear()
     settings = get_settings()
     SimCluster(settings.sim_home).create(8, inventory_dir=settings.inventory)
@@ -68,9 +134,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
             else:
                 os.environ[key] = value
         get_settings.cache_clear()
+        if admin_dsn is not None:
+            _pg(admin_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     if LATENCIES:
         print(
-            f"\nevent-to-resubmission latency: median {statistics.median(LATENCIES):.1f} s "
+            f"\nevent-to-resubmission latency ({backend}): "
+            f"median {statistics.median(LATENCIES):.1f} s "
             f"over {len(LATENCIES)} runs: {[round(x, 1) for x in LATENCIES]}"
         )
 
@@ -85,11 +154,49 @@ def wait_resubmission(scheduler: SimScheduler, job_id: str, timeout: float = 120
     raise AssertionError(f"job {job_id} was not resubmitted within {timeout} s")
 
 
+def wait_runbooks_idle(timeout: float = 180) -> None:
+    """Let the runbooks an earlier scenario started finish before its jobs are cleared away."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    busy = FlowRunFilter(
+        state=FlowRunFilterState(
+            type=FlowRunFilterStateType(
+                any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]
+            )
+        )
+    )
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            flows = {f.id: f.name for f in client.read_flows()}
+            runs = [
+                r
+                for r in client.read_flow_runs(flow_run_filter=busy)
+                if flows.get(r.flow_id) != "watchdog"
+            ]
+            if not runs:
+                return
+            time.sleep(1)
+    raise AssertionError(f"runbooks still busy after {timeout} s: {[r.name for r in runs]}")
+
+
 def run_job(settings: Settings, name: str, **spec: object) -> tuple[SimScheduler, JobInfo]:
+    """Each scenario starts on a healthy cluster: earlier faults repaired, drains resumed."""
+    wait_runbooks_idle()
     scheduler = SimScheduler(settings.sim_home)
+    cluster = SimCluster(settings.sim_home)
     for earlier in scheduler.jobs():  # free the nodes that earlier scenarios' jobs hold
         if not earlier.state.finished:
             scheduler.cancel(earlier.job_id, "next scenario")
+    for node in cluster.names():
+        cluster.repair(node)
+        scheduler.resume(node)
     job = scheduler.submit(JobSpec(name=name, steps=100_000, checkpoint_every=20, **spec))
     assert job.state is JobState.RUNNING, job.reason
     return scheduler, job
@@ -158,14 +265,14 @@ def test_hang_is_detected_and_triaged(stack) -> None:
     scheduler, job = run_job(settings, "hangs", nodes=2)
     wait_step(job, 30)
     scheduler.inject_job_fault(job.job_id, "hang")
-    hung_at = time.time()
-    findings = []
-    while not findings and time.time() - hung_at < 30:
-        time.sleep(1)
-        findings = watchdog(WatchdogRequest())
-    detected_after = time.time() - hung_at
+    # Detection within 2x the timeout follows from this: the first watchdog pass after the
+    # timeout finds the hang, none before it does (no wall-clock bound asserted here).
+    heartbeat = Path(job.heartbeat_path)
+    assert watchdog(WatchdogRequest()) == []  # hung for less than the timeout: not yet
+    while time.time() - heartbeat.stat().st_mtime < 6.5:
+        time.sleep(0.2)
+    findings = watchdog(WatchdogRequest())
     assert [f.job_id for f in findings] == [job.job_id]
-    assert detected_after < 2 * 6 + 2
     new = wait_resubmission(scheduler, job.job_id)
     assert scheduler.job(job.job_id).state is JobState.CANCELLED
     assert new.spec.resume_from_step is not None

@@ -1,0 +1,498 @@
+"""Benchmark: a burst of failure events through the whole event path.
+
+    .venv/bin/python bench/burst.py [--jobs 50] [--nodes 64] [--node-faults 10]
+                                    [--worker-limit 6] [--backend sqlite|postgresql|both]
+
+On an embedded stack in a temporary home (Prefect server, `prefect deploy --all`, a process
+worker, the simulated exporter; as the e2e tests bring it up) and a simulated cluster, it runs
+``--jobs`` one-node jobs, crashes every one of them (a dataloader crash: triage retries it with
+``num_workers=0``), then sends 4 failure events per job in one shuffled burst from 8 threads
+through ``trainmedic.events.emit``:
+
+* the scheduler's ``job.failed``,
+* the same event again (a replay: same content, same event id: the server drops it),
+* ``job.node_fail`` for the same job (a second source: a distinct event, a second run),
+* ``job.failed`` re-detected a second later (a distinct event, a third run).
+
+It waits until every triage run has ended and then a quiet period, and reports: jobs
+remediated exactly once (one resubmission), never or twice; triage runs per state against the
+distinct events sent (a missing run is a lost event); throughput (remediations per minute from
+the first event to the last resubmission); latency from a job's first event to its
+resubmission (median, p95). On SQLite always, on PostgreSQL as well when
+TRAINMEDIC_TEST_DATABASE_URL is set (`eval "$(scripts/postgres.sh up)"`), each in a fresh
+database. Figures are printed, never asserted; exit status 1 when a job was not remediated
+exactly once, an event was lost or a run did not complete (the temporary home is then kept).
+
+``--node-faults N`` breaks the first N jobs with an Xid 79 on their node instead, so that
+triage drains it. In a burst that races: another job's resubmission can be placed on the
+broken node before its own triage has drained it, and fails there (the simulated scheduler, like
+Slurm without a health check, only avoids drained nodes). That is a finding, not the event
+path's throughput, so it is off by default.
+
+The circuit breaker (20 destructive actions per hour by default) would, by design, stop a burst
+of 50 remediations after 20: ``--breaker-limit`` lifts it for the run, and the drain policy is
+widened so that the Xid 79 drains go ahead without a human.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from trainmedic.events import emit, to_prefect_event  # noqa: E402
+from trainmedic.models import JobEvent, JobInfo, JobSpec, JobState  # noqa: E402
+from trainmedic.scheduler.sim import SimScheduler  # noqa: E402
+from trainmedic.settings import get_settings  # noqa: E402
+from trainmedic.sim.cluster import SimCluster  # noqa: E402
+from trainmedic.stack import Stack  # noqa: E402
+
+DATABASE_URL_ENV = "TRAINMEDIC_TEST_DATABASE_URL"
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Result:
+    backend: str
+    jobs: int
+    events_sent: int
+    distinct_events: int
+    runs: Counter[str] = field(default_factory=Counter)
+    resubmissions: Counter[str] = field(default_factory=Counter)  # job id -> count
+    latencies: list[float] = field(default_factory=list)
+    span_s: float = 0.0
+    emit_s: float = 0.0
+    settle_s: float = 0.0
+    timed_out: bool = False
+    db_errors: int = 0
+
+    @property
+    def once(self) -> int:
+        return sum(1 for n in self.resubmissions.values() if n == 1)
+
+    @property
+    def never(self) -> int:
+        return sum(1 for n in self.resubmissions.values() if n == 0)
+
+    @property
+    def twice(self) -> int:
+        return sum(1 for n in self.resubmissions.values() if n > 1)
+
+    @property
+    def lost_events(self) -> int:
+        return max(self.distinct_events - sum(self.runs.values()), 0)
+
+    @property
+    def ok(self) -> bool:
+        """Every job remediated once, no event lost, and no run that failed or crashed (a
+        duplicate that crashed did no harm here, but would have lost an only event)."""
+        clean = set(self.runs) <= {"COMPLETED"}
+        return self.once == self.jobs and self.lost_events == 0 and not self.timed_out and clean
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+
+
+def _pg(dsn: str, sql: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def fresh_database(url: str) -> Iterator[str]:
+    """A new database on the server of ``url``: a shared one would carry deployments,
+    automations and concurrency slots over from earlier runs, whose sim job ids repeat."""
+    from sqlalchemy.engine import make_url
+
+    base = make_url(url)
+    name = f"prefect_burst_{uuid.uuid4().hex[:12]}"
+    dsn = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    _pg(dsn, f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        _pg(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+def environment(root: Path, args: argparse.Namespace, database_url: str | None) -> dict[str, str]:
+    env = {
+        "TRAINMEDIC_HOME": str(root / "home"),
+        "TRAINMEDIC_INVENTORY": str(root / "inventory"),
+        "TRAINMEDIC_SERVER_PORT": str(free_port()),
+        "TRAINMEDIC_SIM_EXPORTER_PORT": str(free_port()),
+        "TRAINMEDIC_VERIFY_TIMEOUT_S": "300",
+        # A slow simulated step keeps 100 trainers from eating the 2 cores the runs need.
+        "TRAINMEDIC_SIM_STEP_SECONDS": str(args.step_seconds),
+        "TRAINMEDIC_SIM_TEST_SECONDS": "0.2",
+        "TRAINMEDIC_BREAKER_LIMIT": str(args.breaker_limit),
+        "TRAINMEDIC_DRAIN_MAX_SHARE": "0.5",
+        "TRAINMEDIC_DRAIN_MAX_PER_HOUR": "10000",
+        # Many runs wait on a job's lock at once; the server must not be the bottleneck.
+        "PREFECT_SERVER_DATABASE_TIMEOUT": "30",
+    }
+    if database_url:
+        env["TRAINMEDIC_DATABASE_URL"] = database_url
+    return env
+
+
+def set_worker_limit(env: dict[str, str], limit: int) -> None:
+    """Every flow run is a subprocess of the worker: an unbounded burst would start ~150
+    Python processes at once on 2 cores. The work pool's limit queues the rest."""
+    prefect = str(Path(sys.executable).parent / "prefect")
+    subprocess.run(
+        [prefect, "--no-prompt", "work-pool", "set-concurrency-limit", "trainmedic", str(limit)],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def triage_runs() -> dict[str, str]:
+    """Flow run id -> state type of every triage run."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    found: dict[str, str] = {}
+    with get_client(sync_client=True) as client:
+        offset = 0
+        while True:
+            page = client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["triage"])),
+                limit=200,
+                offset=offset,
+            )
+            for run in page:
+                found[str(run.id)] = run.state.type.value if run.state else "NONE"
+            if len(page) < 200:
+                return found
+            offset += len(page)
+
+
+def run_backend(backend: str, args: argparse.Namespace, database_url: str | None) -> Result:
+    root = Path(tempfile.mkdtemp(prefix=f"burst-{backend}-"))
+    env = environment(root, args, database_url)
+    for key in ("PREFECT_API_URL", "PREFECT_UI_URL", "TRAINMEDIC_DATABASE_URL"):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    get_settings.cache_clear()
+    settings = get_settings()
+    cluster = SimCluster(settings.sim_home)
+    cluster.create(args.nodes, gpus_per_node=1, inventory_dir=settings.inventory)
+    scheduler = SimScheduler(settings.sim_home)
+    stack = Stack(settings)
+    started = time.monotonic()
+    try:
+        stack.up()
+        set_worker_limit(stack.env, args.worker_limit)
+        print(f"[{backend}] stack up in {time.monotonic() - started:.0f} s ({root})", flush=True)
+        with temporary_settings({PREFECT_API_URL: stack.api_url}):
+            result = _burst(backend, args, stack, cluster, scheduler)
+    finally:
+        for job in scheduler.jobs():
+            if not job.state.finished:
+                scheduler.cancel(job.job_id, "benchmark teardown")
+        stack.down()
+        get_settings.cache_clear()
+    result.db_errors = _db_errors(stack.server.log_file)
+    # A run leaves ~300 MB of job logs and checkpoints: kept only to look into a bad result.
+    if result.ok and not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"[{backend}] kept {root} (server and worker logs under home/run)", flush=True)
+    return result
+
+
+def break_jobs(
+    args: argparse.Namespace, cluster: SimCluster, scheduler: SimScheduler
+) -> list[JobInfo]:
+    """``--jobs`` one-node jobs, run past a checkpoint, then each broken; returns them failed."""
+    jobs = [
+        scheduler.submit(
+            JobSpec(
+                name=f"burst{i:03d}",
+                nodes=1,
+                gpus_per_node=1,
+                steps=args.steps,
+                checkpoint_every=5,
+                num_workers=2,
+            )
+        )
+        for i in range(args.jobs)
+    ]
+    assert all(j.state is JobState.RUNNING for j in jobs), "not enough nodes for every job"
+    _wait(lambda: all(_step(j) >= 7 for j in jobs), 120, "jobs never reached step 7")
+    for i, job in enumerate(jobs):
+        if i < args.node_faults:
+            cluster.inject(job.nodes[0], "xid79")
+        else:
+            scheduler.inject_job_fault(job.job_id, "dataloader")
+    _wait(
+        lambda: all(scheduler.job(j.job_id).state.finished for j in jobs),
+        120,
+        "jobs never failed",
+    )
+    return [scheduler.job(j.job_id) for j in jobs]
+
+
+def burst_events(failed: list[JobInfo], seed: int) -> list[JobEvent]:
+    events: list[JobEvent] = []
+    for job in failed:
+        first = JobEvent(
+            kind="job.failed",
+            job_id=job.job_id,
+            nodes=job.nodes,
+            exit_code=job.exit_code,
+            occurred=job.ended_at,
+        )
+        events += [
+            first,
+            first,  # replay: identical, so the same event id
+            JobEvent(kind="job.node_fail", job_id=job.job_id, nodes=job.nodes),
+            first.model_copy(update={"occurred": first.occurred + timedelta(seconds=1)}),
+        ]
+    random.Random(seed).shuffle(events)
+    return events
+
+
+def send_burst(events: list[JobEvent], api_url: str) -> dict[str, float]:
+    """Sends every event; returns when each job's first event went out."""
+    first_sent: dict[str, float] = {}  # setdefault from 8 threads: the GIL keeps it whole
+
+    def send(event: JobEvent) -> None:
+        first_sent.setdefault(event.job_id, time.time())
+        emit(event, api_url=api_url)
+
+    # A real burst: several senders at once (scheduler intake, framework, strigger).
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(send, events))
+    return first_sent
+
+
+def wait_settled(
+    backend: str, scheduler: SimScheduler, ids: set[str], distinct: int, timeout: float
+) -> bool:
+    """Until every job is resubmitted and every run it triggered has ended; False on timeout."""
+    started = time.monotonic()
+    last_report = 0.0
+    while True:
+        runs = triage_runs()
+        done = {j.resubmission_of for j in scheduler.jobs() if j.resubmission_of in ids}
+        if (
+            len(done) == len(ids)
+            and len(runs) >= distinct
+            and all(s in TERMINAL for s in runs.values())
+        ):
+            return True
+        now = time.monotonic()
+        if now - last_report > 30:
+            last_report = now
+            print(
+                f"[{backend}] +{now - started:.0f} s: {len(done)}/{len(ids)} resubmitted, "
+                f"runs {dict(Counter(runs.values()))}",
+                flush=True,
+            )
+        if now - started > timeout:
+            return False
+        time.sleep(2)
+
+
+def _burst(
+    backend: str,
+    args: argparse.Namespace,
+    stack: Stack,
+    cluster: SimCluster,
+    scheduler: SimScheduler,
+) -> Result:
+    failed = break_jobs(args, cluster, scheduler)
+    events = burst_events(failed, args.seed)
+    ids = {j.job_id for j in failed}
+    result = Result(
+        backend=backend,
+        jobs=len(failed),
+        events_sent=len(events),
+        distinct_events=len({to_prefect_event(e)["id"] for e in events}),
+    )
+    burst_at = time.time()
+    first_sent = send_burst(events, stack.api_url)
+    result.emit_s = time.time() - burst_at
+    print(f"[{backend}] {len(events)} events sent in {result.emit_s:.1f} s", flush=True)
+
+    settled = wait_settled(backend, scheduler, ids, result.distinct_events, args.timeout)
+    result.timed_out = not settled
+    result.settle_s = time.time() - burst_at
+    # A second (wrong) remediation would come from a run still queued: give it the time.
+    time.sleep(args.quiet_s)
+    result.runs = Counter(triage_runs().values())
+    result.resubmissions = Counter(dict.fromkeys(ids, 0))
+    firsts: dict[str, float] = {}
+    for job in sorted(scheduler.jobs(), key=lambda j: j.submitted_at):
+        if job.resubmission_of in ids:
+            result.resubmissions[job.resubmission_of] += 1
+            firsts.setdefault(job.resubmission_of, job.submitted_at.timestamp())
+    result.latencies = [at - first_sent[job_id] for job_id, at in firsts.items()]
+    result.span_s = (max(firsts.values()) - burst_at) if firsts else float("nan")
+    return result
+
+
+def _db_errors(server_log: Path) -> int:
+    """Database errors the server logged, one per traceback (SQLite's "database is locked"
+    under write load is one)."""
+    try:
+        return server_log.read_text(errors="replace").count("sqlalchemy.exc.OperationalError")
+    except OSError:
+        return -1
+
+
+def _step(job: JobInfo) -> int:
+    try:
+        return int(json.loads(Path(job.heartbeat_path).read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def _wait(condition: Callable[[], bool], timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"burst: {message} within {timeout:.0f} s")
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def table(results: list[Result]) -> str:
+    rows = [
+        (
+            "jobs / events sent / distinct",
+            lambda r: f"{r.jobs} / {r.events_sent} / {r.distinct_events}",
+        ),
+        ("remediated exactly once", lambda r: f"{r.once}/{r.jobs}"),
+        ("never / twice or more", lambda r: f"{r.never} / {r.twice}"),
+        ("triage runs", lambda r: " ".join(f"{k}={v}" for k, v in sorted(r.runs.items()))),
+        ("lost events", lambda r: str(r.lost_events)),
+        ("emit burst (s)", lambda r: f"{r.emit_s:.1f}"),
+        ("first event -> last resubmission (s)", lambda r: f"{r.span_s:.0f}"),
+        ("until every run ended (s)", lambda r: f"{r.settle_s:.0f}"),
+        (
+            "throughput (remediations/min)",
+            lambda r: f"{r.once / r.span_s * 60:.1f}" if r.span_s > 0 else "-",
+        ),
+        (
+            "latency median (s)",
+            lambda r: f"{statistics.median(r.latencies):.0f}" if r.latencies else "-",
+        ),
+        ("latency p95 (s)", lambda r: f"{percentile(r.latencies, 0.95):.0f}"),
+        ("server database errors logged", lambda r: str(r.db_errors)),
+        ("timed out", lambda r: "yes" if r.timed_out else "no"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{'':<{width}}  " + "  ".join(f"{r.backend:>14}" for r in results)]
+    for name, cell in rows:
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{cell(r):>14}" for r in results))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--node-faults", type=int, default=0, help="jobs broken by an Xid 79")
+    # Long: a duplicate run verifies against the newest checkpoint, which the resubmitted job
+    # wrote itself; a job that has already completed at that step never passes (it waits out
+    # the verify timeout, holding the job's lock and a worker slot).
+    parser.add_argument("--steps", type=int, default=100_000, help="each job's length")
+    parser.add_argument("--step-seconds", type=float, default=0.5)
+    parser.add_argument("--worker-limit", type=int, default=6, help="flow runs at once")
+    parser.add_argument("--breaker-limit", type=int, default=100_000)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds to settle")
+    parser.add_argument("--quiet-s", type=float, default=20)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary home")
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    args = parser.parse_args(argv)
+    # Started in the background, SIGINT is ignored and SIGTERM kills at once: either way the
+    # stack's detached server, worker and trainers would outlive the run. Both unwind instead.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.jobs + args.node_faults > args.nodes:
+        parser.error("--nodes must hold every job and the replacements of drained nodes")
+
+    url = os.environ.get(DATABASE_URL_ENV)
+    backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    if "postgresql" in backends and not url:
+        if args.backend == "postgresql":
+            parser.error(f'{DATABASE_URL_ENV} is not set (eval "$(scripts/postgres.sh up)")')
+        print(f"burst: {DATABASE_URL_ENV} not set: SQLite only", flush=True)
+        backends = ["sqlite"]
+
+    results = []
+    for backend in backends:
+        if backend == "postgresql":
+            assert url is not None
+            with fresh_database(url) as database_url:
+                results.append(run_backend(backend, args, database_url))
+        else:
+            results.append(run_backend(backend, args, None))
+        print(table(results[-1:]), flush=True)
+    print(
+        f"\nburst: {args.jobs} jobs ({args.node_faults} Xid 79, the rest dataloader crashes) on "
+        f"{args.nodes} simulated nodes, 4 events per job, worker limit {args.worker_limit}\n"
+    )
+    print(table(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
