@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -50,6 +51,7 @@ def triage_report(
         f"| confidence | {diagnosis.confidence:.2f} |",
         f"| source | {diagnosis.source} |",
         f"| job state | {job.state} (exit {job.exit_code}) on {', '.join(job.nodes)} |",
+        f"| logs | `{job.log_dir}` |",
         "",
         f"**Remediation:** {rem.summary}",
     ]
@@ -66,7 +68,9 @@ def triage_report(
         for same in list(by_place.values())[:MAX_EVIDENCE]:
             ev = same[0]
             names = ", ".join(e.signature for e in same)
-            lines.append(f"| {_cell(ev.file)} | {ev.line} | {_cell(names)} | `{_cell(ev.text)}` |")
+            # The file name alone keeps the table readable; the job's log dir is given above.
+            name = Path(ev.file).name
+            lines.append(f"| {_cell(name)} | {ev.line} | {_cell(names)} | `{_cell(ev.text)}` |")
         if len(by_place) > MAX_EVIDENCE:
             lines.append(f"\n…and {len(by_place) - MAX_EVIDENCE} more evidence lines.")
     else:
