@@ -36,6 +36,7 @@ from trainmedic.telemetry import fetch_gpu_telemetry
 from trainmedic.validate import safe_text
 
 JOB_LOCK_WAIT_S = 900
+LOCK_LEASE_S = 1800
 
 
 @contextlib.contextmanager
@@ -49,7 +50,16 @@ def job_lock(job_id: str, timeout_s: float = JOB_LOCK_WAIT_S) -> Iterator[None]:
     name = f"remediate-job-{job_id}"
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(name, 1)
-    with concurrency(name, occupy=1, strict=True, timeout_seconds=timeout_s):
+    # A lost lease renewal (a server restart, a slow moment) must not kill a remediation
+    # half-way: the lock only orders runs, and every action behind it is idempotent anyway.
+    with concurrency(
+        name,
+        occupy=1,
+        strict=True,
+        timeout_seconds=timeout_s,
+        lease_duration=LOCK_LEASE_S,
+        raise_on_lease_renewal_failure=False,
+    ):
         yield
 
 
