@@ -48,3 +48,12 @@ def prefect_server() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Flush what can still be sent, then drop what was queued for test servers that are
+    gone, so the process exits instead of retrying them for hours."""
+    from helpers import discard_undeliverable_prefect_items, drain_prefect_workers
+
+    drain_prefect_workers(timeout=5)
+    discard_undeliverable_prefect_items()

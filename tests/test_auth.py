@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import free_port
+from helpers import drain_prefect_workers, free_port
 
 from trainmedic.errors import ServerError
 from trainmedic.events import emit
@@ -30,6 +30,7 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.start_server()
         yield stack
     finally:
+        drain_prefect_workers()
         stack.down()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_finished, wait_step
+from helpers import drain_prefect_workers, wait_finished, wait_step
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from trainmedic import checkpoints
@@ -127,6 +127,7 @@ def stack(
         for job in scheduler.jobs():
             if not job.state.finished:
                 scheduler.cancel(job.job_id, "test teardown")
+        drain_prefect_workers()
         embedded.down()
         for key, value in saved.items():
             if value is None:

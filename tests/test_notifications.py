@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
-from helpers import free_port
+from helpers import drain_prefect_workers, free_port
 from prefect import flow, tags
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -44,6 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         with temporary_settings({PREFECT_API_URL: settings.api_url}):
             yield stack
     finally:
+        drain_prefect_workers()
         stack.down()
 
 

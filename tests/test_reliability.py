@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import drain_prefect_workers, free_port
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -36,6 +36,7 @@ def own_server(sim, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
             yield stack
     finally:
+        drain_prefect_workers()
         stack.down()
 
 

@@ -26,7 +26,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from helpers import wait_finished, wait_step
+from helpers import drain_prefect_workers, wait_finished, wait_step
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from trainmedic.isolation import IsolationPolicy
@@ -205,17 +205,6 @@ def click_and_capture(url: str, button: str, expect: str, out: Path, name: str) 
     return Page(dom=dom, png=png)
 
 
-def _drain_prefect_workers() -> None:
-    """Send the in-process runs' queued logs and events while the server is still up: left
-    queued, they are retried against the stopped server at exit (a minute of errors)."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (APILogWorker, EventsWorker):
-        with contextlib.suppress(Exception):
-            worker.drain_all(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Stack]]:
     """The embedded Prefect server alone (no worker: the runbooks run in this process)."""
@@ -244,7 +233,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settin
         for job in scheduler.jobs():
             if not job.state.finished:
                 scheduler.cancel(job.job_id, "test teardown")
-        _drain_prefect_workers()
+        drain_prefect_workers()
         embedded.down()
         for key, value in saved.items():
             if value is None:
