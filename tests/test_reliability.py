@@ -31,6 +31,7 @@ def own_server(sim, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     monkeypatch.setenv("TRAINMEDIC_SERVER_PORT", str(free_port()))
     get_settings.cache_clear()
     stack = Stack(get_settings())
+    stack.env["PREFECT_API_URL"] = stack.settings.api_url  # never another server from the env
     try:
         stack.start_server()
         with temporary_settings({PREFECT_API_URL: stack.api_url}):
