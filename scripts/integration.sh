@@ -5,7 +5,7 @@
 # testbed cannot come up); exits 0 with a message, running nothing, where this machine cannot
 # host a testbed (not root, no `ip netns`). Extra arguments go to pytest.
 #
-# Needs the venv with the `testbed` extra (torch, CPU): pip install -e '.[test,testbed]'.
+# The venv gets the `testbed` extra (torch, CPU) from scripts/bootstrap.sh, not mid-run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -20,11 +20,7 @@ ip netns list >/dev/null 2>&1 || skip "ip netns is not usable on this machine"
 probe="tmtb-probe-$$"
 if ! ip netns add "$probe" 2>/dev/null; then skip "cannot create a network namespace here"; fi
 ip netns del "$probe"
-bash scripts/bootstrap.sh
-python -c 'import torch' 2>/dev/null || {
-    echo "integration: installing the testbed extra (torch==2.13.0, CPU build)" >&2
-    python -m pip install --quiet --disable-pip-version-check -e '.[test,testbed]'
-}
+bash scripts/bootstrap.sh test,testbed
 
 t0=$SECONDS
 # shellcheck disable=SC2317  # run by the EXIT trap

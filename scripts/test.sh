@@ -6,7 +6,7 @@
 # Exits non-zero on any failure. TRAINMEDIC_SKIP_SLURM / _SKIP_POSTGRES / _SKIP_UI=1 opt out.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh test,testbed
 export PATH="$PWD/.venv/bin:$PATH"
 
 slurm_env=$(mktemp)
