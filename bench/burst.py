@@ -7,7 +7,7 @@ On an embedded stack in a temporary home (Prefect server, `prefect deploy --all`
 worker, the simulated exporter; as the e2e tests bring it up) and a simulated cluster, it runs
 ``--jobs`` one-node jobs, crashes every one of them (a dataloader crash: triage retries it with
 ``num_workers=0``), then sends 4 failure events per job in one shuffled burst from 8 threads
-through ``trainmedic.events.emit``:
+through ``trainmedic.adapters.events.emit``:
 
 * the scheduler's ``job.failed``,
 * the same event again (a replay: same content, same event id: the server drops it),
@@ -37,45 +37,35 @@ widened so that the Xid 79 drains go ahead without a human.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from trainmedic.events import emit, to_prefect_event  # noqa: E402
-from trainmedic.models import JobEvent, JobInfo, JobSpec, JobState  # noqa: E402
-from trainmedic.scheduler.sim import SimScheduler  # noqa: E402
-from trainmedic.settings import get_settings  # noqa: E402
+from support.stack import DATABASE_URL_ENV, embedded_stack, fresh_database  # noqa: E402
+
+from trainmedic.adapters.events import emit, to_prefect_event  # noqa: E402
+from trainmedic.adapters.scheduler.sim import SimScheduler  # noqa: E402
+from trainmedic.core.models import JobEvent, JobInfo, JobSpec, JobState  # noqa: E402
 from trainmedic.sim.cluster import SimCluster  # noqa: E402
 from trainmedic.stack import Stack  # noqa: E402
 
-DATABASE_URL_ENV = "TRAINMEDIC_TEST_DATABASE_URL"
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -125,47 +115,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-# ----------------------------------------------------------------------------- PostgreSQL
-
-
-def _pg(dsn: str, sql: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(dsn, timeout=10)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
-
-
-@contextlib.contextmanager
-def fresh_database(url: str) -> Iterator[str]:
-    """A new database on the server of ``url``: a shared one would carry deployments,
-    automations and concurrency slots over from earlier runs, whose sim job ids repeat."""
-    from sqlalchemy.engine import make_url
-
-    base = make_url(url)
-    name = f"prefect_burst_{uuid.uuid4().hex[:12]}"
-    dsn = base.set(drivername="postgresql").render_as_string(hide_password=False)
-    _pg(dsn, f'CREATE DATABASE "{name}"')
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        _pg(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 # ----------------------------------------------------------------------------- one run
 
 
-def environment(root: Path, args: argparse.Namespace, database_url: str | None) -> dict[str, str]:
-    env = {
-        "TRAINMEDIC_HOME": str(root / "home"),
-        "TRAINMEDIC_INVENTORY": str(root / "inventory"),
-        "TRAINMEDIC_SERVER_PORT": str(free_port()),
-        "TRAINMEDIC_SIM_EXPORTER_PORT": str(free_port()),
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    return {
         "TRAINMEDIC_VERIFY_TIMEOUT_S": "300",
         # A slow simulated step keeps 100 trainers from eating the 2 cores the runs need.
         "TRAINMEDIC_SIM_STEP_SECONDS": str(args.step_seconds),
@@ -176,9 +130,6 @@ def environment(root: Path, args: argparse.Namespace, database_url: str | None) 
         # Many runs wait on a job's lock at once; the server must not be the bottleneck.
         "PREFECT_SERVER_DATABASE_TIMEOUT": "30",
     }
-    if database_url:
-        env["TRAINMEDIC_DATABASE_URL"] = database_url
-    return env
 
 
 def set_worker_limit(env: dict[str, str], limit: int) -> None:
@@ -217,32 +168,20 @@ def triage_runs() -> dict[str, str]:
 
 def run_backend(backend: str, args: argparse.Namespace, database_url: str | None) -> Result:
     root = Path(tempfile.mkdtemp(prefix=f"burst-{backend}-"))
-    env = environment(root, args, database_url)
-    for key in ("PREFECT_API_URL", "PREFECT_UI_URL", "TRAINMEDIC_DATABASE_URL"):
-        os.environ.pop(key, None)
-    os.environ.update(env)
-
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    get_settings.cache_clear()
-    settings = get_settings()
-    cluster = SimCluster(settings.sim_home)
-    cluster.create(args.nodes, gpus_per_node=1, inventory_dir=settings.inventory)
-    scheduler = SimScheduler(settings.sim_home)
-    stack = Stack(settings)
     started = time.monotonic()
-    try:
-        stack.up()
+    with embedded_stack(
+        root,
+        worker=True,
+        nodes=args.nodes,
+        gpus_per_node=1,
+        database_url=database_url,
+        env=environment(args),
+    ) as (settings, stack):
         set_worker_limit(stack.env, args.worker_limit)
         print(f"[{backend}] stack up in {time.monotonic() - started:.0f} s ({root})", flush=True)
-        with temporary_settings({PREFECT_API_URL: stack.api_url}):
-            result = _burst(backend, args, stack, cluster, scheduler)
-    finally:
-        for job in scheduler.jobs():
-            if not job.state.finished:
-                scheduler.cancel(job.job_id, "benchmark teardown")
-        stack.down()
-        get_settings.cache_clear()
+        cluster = SimCluster(settings.sim_home)
+        scheduler = SimScheduler(settings.sim_home)
+        result = _burst(backend, args, stack, cluster, scheduler)
     result.db_errors = _db_errors(stack.server.log_file)
     # A run leaves ~300 MB of job logs and checkpoints: kept only to look into a bad result.
     if result.ok and not args.keep:
@@ -481,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         if backend == "postgresql":
             assert url is not None
-            with fresh_database(url) as database_url:
+            with fresh_database(url, prefix="prefect_burst") as database_url:
                 results.append(run_backend(backend, args, database_url))
         else:
             results.append(run_backend(backend, args, None))

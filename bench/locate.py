@@ -3,7 +3,7 @@
     .venv/bin/python bench/locate.py [--test-seconds 0.05] [--concurrency 512] [--repeat 3]
 
 For simulated clusters of 16..1024 nodes with 1, 2 and 1% bad nodes (half faulty, half
-slow), plus two stress rows near N/4 and N/3, it runs :func:`trainmedic.pairing.locate`
+slow), plus two stress rows near N/4 and N/3, it runs :func:`trainmedic.locate.locate`
 on a threaded executor in which every test sleeps ``--test-seconds`` and a round's tests
 run concurrently, and measures the wall time (median of ``--repeat`` runs). It compares:
 
@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainmedic.pairing import LocateReport, locate
-from trainmedic.pairing_sim import (
+from trainmedic.locate import LocateReport, locate
+from trainmedic.locate.simulation import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TEST_SECONDS,
     SimulatedFabric,

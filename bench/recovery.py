@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -29,15 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 CHECKPOINT_EVERY = 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def heartbeat_step(job) -> int:  # type: ignore[no-untyped-def]
@@ -63,7 +55,7 @@ class Bench:
         self.intake, self.hang_timeout = intake, hang_timeout
 
     def fresh_job(self, name: str):  # type: ignore[no-untyped-def]
-        from trainmedic.models import JobSpec
+        from trainmedic.core.models import JobSpec
 
         for job in self.scheduler.jobs():
             if not job.state.finished:
@@ -87,7 +79,7 @@ class Bench:
 
     def hardware(self, i: int) -> tuple[float, int, int]:
         """Xid 79 on one node; the intake reports the failure; triage resubmits."""
-        from trainmedic import checkpoints
+        from trainmedic.adapters import checkpoints
 
         job = self.fresh_job(f"hw{i}")
         self.wait_step(job, 70 + 7 * i)
@@ -107,8 +99,8 @@ class Bench:
 
     def loss_spike(self, i: int) -> tuple[float, int, int]:
         """A poisoned data batch; the framework reports the spike; rollback resubmits."""
-        from trainmedic.events import emit
-        from trainmedic.models import JobEvent
+        from trainmedic.adapters.events import emit
+        from trainmedic.core.models import JobEvent
 
         job = self.fresh_job(f"spike{i}")
         bad = 90 + 7 * i
@@ -143,23 +135,15 @@ class Bench:
         )
 
 
-def configure(hang_timeout: float) -> None:
-    home = Path(tempfile.mkdtemp(prefix="trainmedic-bench-"))
-    os.environ.update(
-        {
-            "TRAINMEDIC_HOME": str(home / "home"),
-            "TRAINMEDIC_INVENTORY": str(home / "inventory"),
-            "TRAINMEDIC_SERVER_PORT": str(free_port()),
-            "TRAINMEDIC_SIM_EXPORTER_PORT": str(free_port()),
-            "TRAINMEDIC_HANG_TIMEOUT_S": str(hang_timeout),
-            "TRAINMEDIC_SIM_STEP_SECONDS": "0.05",
-            "TRAINMEDIC_SIM_TEST_SECONDS": "0.2",
-            "TRAINMEDIC_DRAIN_MAX_PER_HOUR": "100",
-            "TRAINMEDIC_DRAIN_MIN_DRAINABLE": "16",
-            "TRAINMEDIC_BREAKER_LIMIT": "1000",
-        }
-    )
-    os.environ.pop("PREFECT_API_URL", None)
+def environment(hang_timeout: float) -> dict[str, str]:
+    return {
+        "TRAINMEDIC_HANG_TIMEOUT_S": str(hang_timeout),
+        "TRAINMEDIC_SIM_STEP_SECONDS": "0.05",
+        "TRAINMEDIC_SIM_TEST_SECONDS": "0.2",
+        "TRAINMEDIC_DRAIN_MAX_PER_HOUR": "100",
+        "TRAINMEDIC_DRAIN_MIN_DRAINABLE": "16",
+        "TRAINMEDIC_BREAKER_LIMIT": "1000",
+    }
 
 
 def report(rows: dict[str, list[tuple[float, int, int]]], repeat: int, hang_timeout: float) -> None:
@@ -191,39 +175,34 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hang-timeout", type=float, default=6.0)
     args = parser.parse_args()
-    configure(args.hang_timeout)
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from support.stack import embedded_stack
 
-    from trainmedic.events import emit
-    from trainmedic.intake import Intake
-    from trainmedic.scheduler.sim import SimScheduler
-    from trainmedic.settings import get_settings
+    from trainmedic.adapters.events import emit
+    from trainmedic.adapters.intake import Intake
+    from trainmedic.adapters.scheduler.sim import SimScheduler
     from trainmedic.sim.cluster import SimCluster
-    from trainmedic.stack import Stack
 
-    settings = get_settings()
-    cluster = SimCluster(settings.sim_home)
-    cluster.create(32, inventory_dir=settings.inventory)
-    stack = Stack(settings)
+    root = Path(tempfile.mkdtemp(prefix="trainmedic-bench-"))
     started = time.monotonic()
-    stack.up()
-    print(f"stack up in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    scheduler = SimScheduler(settings.sim_home)
-    intake = Intake(scheduler, settings.home, lambda e: emit(e, api_url=stack.api_url))
-    intake.poll()
-    bench = Bench(stack, scheduler, cluster, intake, args.hang_timeout)
-    rows: dict[str, list[tuple[float, int, int]]] = {"hardware": [], "loss_spike": [], "hang": []}
-    try:
-        with temporary_settings({PREFECT_API_URL: stack.api_url}):
-            for i in range(args.repeat):
-                rows["hardware"].append(bench.hardware(i))
-                rows["loss_spike"].append(bench.loss_spike(i))
-                rows["hang"].append(bench.hang(i))
-    finally:
-        for job in scheduler.jobs():
-            if not job.state.finished:
-                scheduler.cancel(job.job_id, "bench done")
-        stack.down()
+    with embedded_stack(root, worker=True, nodes=32, env=environment(args.hang_timeout)) as (
+        settings,
+        stack,
+    ):
+        print(f"stack up in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        scheduler = SimScheduler(settings.sim_home)
+        cluster = SimCluster(settings.sim_home)
+        intake = Intake(scheduler, settings.home, lambda e: emit(e, api_url=stack.api_url))
+        intake.poll()
+        bench = Bench(stack, scheduler, cluster, intake, args.hang_timeout)
+        rows: dict[str, list[tuple[float, int, int]]] = {
+            "hardware": [],
+            "loss_spike": [],
+            "hang": [],
+        }
+        for i in range(args.repeat):
+            rows["hardware"].append(bench.hardware(i))
+            rows["loss_spike"].append(bench.loss_spike(i))
+            rows["hang"].append(bench.hang(i))
     report(rows, args.repeat, args.hang_timeout)
     return 0
 

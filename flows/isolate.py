@@ -2,7 +2,7 @@
 origin in triage, pair tests in locate), through the one policy that decides who may drain
 what without a human.
 
-    decide (trainmedic.isolation: auto-approve size, blast radius, rate limit)
+    decide (trainmedic.decisions.guard: auto-approve size, blast radius, rate limit)
     → if needed, pause for a human (typed form: approve / reject / approve subset, timeout)
     → drain each approved node (reason names the run; recorded in the drain ledger)
     → playbooks/isolate_node.yml on them (stop workloads, collect Xid / nvidia-smi / dcgmi)
@@ -18,16 +18,22 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
 from prefect.runtime import flow_run
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from flows.tasks import drain_ledger_path, drain_node
-from trainmedic import isolation, validate
-from trainmedic.ansible import run_playbook
-from trainmedic.isolation import IsolationDecision, IsolationPolicy
-from trainmedic.models import NodeName, PlaybookResult
-from trainmedic.report import ActionRecord
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import get_settings
+from flows.tasks import drain_node
+from trainmedic.adapters.ansible import run_playbook
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core import validate
+from trainmedic.core.models import ActionRecord, IsolationOutcome, NodeName, PlaybookResult
+from trainmedic.core.settings import get_settings
+from trainmedic.decisions.guard import (
+    IsolationDecision,
+    IsolationPolicy,
+    approved_nodes,
+    decide_isolation,
+    recent_drains,
+)
+from trainmedic.state import Ledgers
 
 __all__ = ["IsolationApproval", "IsolationOutcome", "isolate"]
 
@@ -47,19 +53,6 @@ class IsolationApproval(RunInput):
         pattern=validate.SAFE_TEXT_RE.pattern,
         description="why (goes into the report)",
     )
-
-
-class IsolationOutcome(BaseModel):
-    mode: Literal["none", "auto", "approval"]
-    decided_by: str  # policy, a human's answer, timeout, dry run
-    candidates: list[str]
-    approved: list[str]
-    drained: list[str]
-    already_drained: list[str]
-    reasons: list[str]
-    ignored: list[str] = []
-    evidence: dict[str, dict[str, object]] = {}
-    actions: list[ActionRecord] = []
 
 
 @task(name="isolate-nodes", cache_policy=NO_CACHE)
@@ -85,10 +78,9 @@ def isolate(
     candidates = list(verdicts)
     cluster = get_scheduler().nodes()
     drained = {n.name for n in cluster if n.state == "DRAINED"}
-    path = drain_ledger_path(get_settings())
-    ledger = isolation.parse_ledger(path.read_text()) if path.exists() else []
-    recent = isolation.recent_drains(ledger, datetime.now(UTC), policy.window_s)
-    decision = isolation.decide_isolation(
+    ledger = Ledgers(get_settings().home).drains.read()
+    recent = recent_drains(ledger, datetime.now(UTC), policy.window_s)
+    decision = decide_isolation(
         candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=policy
     )
     logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
@@ -157,7 +149,7 @@ def _approve(
     except FlowPauseTimeout:
         logger.warning("no approval within %d s: nothing drained", approval_timeout_s)
         return [], [], f"approval timed out after {approval_timeout_s} s: nothing drained"
-    approved, ignored = isolation.approved_nodes(decision, answer.decision, answer.nodes)
+    approved, ignored = approved_nodes(decision, answer.decision, answer.nodes)
     if ignored:
         logger.warning("approval named nodes that were not convicted, ignored: %s", ignored)
     note = f": {answer.note}" if answer.note else ""

@@ -1,9 +1,9 @@
 """Runbook `locate-faulty-nodes`: which nodes of a set are broken or slow — then isolate them.
 
     check the nodes against the inventory → round after round of pair tests
-    (playbooks/nccl_pair_test.yml, all groups of a round at once; trainmedic.pairing decides
+    (playbooks/nccl_pair_test.yml, all groups of a round at once; trainmedic.locate decides
     the groups and the verdicts) → table artifact per round → if asked to isolate: policy
-    (trainmedic.isolation) → human approval unless it is small and inside the blast-radius
+    (trainmedic.decisions.guard) → human approval unless it is small and inside the blast-radius
     guard → drain in the scheduler + playbooks/isolate_node.yml → Markdown summary
 
 A round's groups are split into batches, one ansible-runner run (one Prefect task) each,
@@ -24,14 +24,15 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from flows.isolate import IsolationApproval, IsolationOutcome, isolate
-from trainmedic import validate
-from trainmedic.ansible import Inventory, run_playbook
-from trainmedic.errors import InputError
-from trainmedic.isolation import IsolationPolicy
-from trainmedic.models import JobId, NodeName, PairResult, PlaybookResult
-from trainmedic.pairing import Group, LocateReport, RoundRecord, check_nodes, locate
-from trainmedic.settings import get_settings
+from flows.isolate import IsolationApproval, isolate
+from trainmedic.adapters.ansible import Inventory, run_playbook
+from trainmedic.core import validate
+from trainmedic.core.errors import InputError
+from trainmedic.core.models import IsolationOutcome, JobId, NodeName, PairResult, PlaybookResult
+from trainmedic.core.settings import get_settings
+from trainmedic.decisions.guard import IsolationPolicy
+from trainmedic.locate import Group, RoundRecord, check_nodes, locate
+from trainmedic.reports.nodes import locate_report, round_table
 
 __all__ = [
     "IsolationApproval",
@@ -234,7 +235,7 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
         mark[0] = now
         create_table_artifact(
             key=f"locate-round-{record.index}",
-            table=[_row(r) for r in record.rows()],
+            table=round_table(record),
             description=f"Pair tests of round {record.index}: {len(record.groups)} groups "
             f"in {round_wall_s[-1]:.1f} s, faulty {list(record.faulty)}, slow {list(record.slow)}",
         )
@@ -269,7 +270,7 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
     key = "locate-summary"
     create_markdown_artifact(
         key=key,
-        markdown=_markdown(report, wall_s, outcome, request),
+        markdown=locate_report(report, wall_s, outcome, dry_run=request.dry_run),
         description=f"Locate: faulty {list(report.faulty)}, slow {list(report.slow)}",
     )
     context = FlowRunContext.get()
@@ -288,80 +289,3 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
         flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
         report_key=key,
     )
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def _row(row: dict[str, object]) -> dict[str, object]:
-    return {
-        "pair": row["nodes"],
-        "result": row["verdict"],
-        "busbw_gbps": row["busbw_gbps"],
-        "round": row["round"],
-        "role": row["role"],
-        "attempts": row["attempts"],
-        "error": row["error"],
-    }
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")[:300]
-
-
-def _markdown(
-    report: LocateReport, wall_s: float, outcome: IsolationOutcome | None, request: LocateRequest
-) -> str:
-    def names(values: Sequence[str]) -> str:
-        return ", ".join(values) if values else "—"
-
-    lines = [
-        f"# Locate faulty nodes{' — DRY RUN' if request.dry_run else ''}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| nodes | {len(report.nodes)}: {validate.compress_nodelist(report.nodes)} |",
-        f"| faulty | **{names(report.faulty)}** |",
-        f"| slow | **{names(report.slow)}** |",
-        f"| undetermined | {names(report.undetermined)} |",
-        f"| rounds / tests | {report.rounds} / {report.tests_run} |",
-        f"| reference busbw | {report.reference_gbps} GB/s (slow below x{report.slow_ratio}) |",
-        f"| wall time | {wall_s:.1f} s |",
-        f"| seed | {report.seed} |",
-        "",
-        "## Rounds",
-        "",
-        "| round | pair | role | result | busbw (GB/s) | attempts | error |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in report.rows():
-        lines.append(
-            f"| {row['round']} | {row['nodes']} | {row['role']} | {row['verdict']} | "
-            f"{row['busbw_gbps'] if row['busbw_gbps'] is not None else '—'} | "
-            f"{row['attempts']} | {_cell(row['error']) or ''} |"
-        )
-    if outcome is not None:
-        lines += [
-            "",
-            "## Isolation",
-            "",
-            f"- decided by: {outcome.decided_by}",
-            f"- candidates: {names(outcome.candidates)}",
-            f"- approved: {names(outcome.approved)}",
-            f"- drained now: {names(outcome.drained)}",
-            f"- already drained: {names(outcome.already_drained)}",
-        ]
-        lines += [f"- needs approval because: {r}" for r in outcome.reasons]
-        if outcome.ignored:
-            lines.append(f"- ignored (not convicted): {names(outcome.ignored)}")
-        for host, found in outcome.evidence.items():
-            lines += ["", f"### {host} ({found.get('outcome')})", ""]
-            for title, field in (
-                ("Xid lines", "xid_lines"),
-                ("nvidia-smi", "nvidia_smi"),
-                ("dcgmi diag -r 1", "dcgmi"),
-            ):
-                value = found.get(field) or []
-                body = "\n".join(str(v) for v in value) if isinstance(value, list) else str(value)
-                lines += [f"{title}:", "", "```", body or "(nothing)", "```", ""]
-    return "\n".join(lines) + "\n"

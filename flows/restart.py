@@ -14,11 +14,11 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import job_lock, load_job, restart_from, stop_job
-from trainmedic import checkpoints
-from trainmedic.errors import CheckpointError
-from trainmedic.models import JobId
-from trainmedic.report import ActionRecord, actions_table
-from trainmedic.scheduler import get_scheduler
+from trainmedic.adapters import checkpoints
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core.errors import CheckpointError
+from trainmedic.core.models import ActionRecord, JobId
+from trainmedic.reports.recovery import restart_report
 
 
 class RestartRequest(BaseModel):
@@ -69,16 +69,15 @@ def restart(request: RestartRequest) -> RestartResult:
             target.step,
             new_job.job_id if new_job else "not resubmitted",
         )
-        lines = [
-            f"# Restart of job {job.job_id} ({job.name}){' — DRY RUN' if request.dry_run else ''}",
-            "",
-            f"- checkpoint: step {target.step} (`{target.path}`)",
-            f"- excluded nodes: {', '.join(exclude) or 'none'}",
-            "",
-            *actions_table(actions),
-        ]
         report_id = create_markdown_artifact(
-            key=f"restart-{job.job_id}", markdown="\n".join(lines) + "\n"
+            key=f"restart-{job.job_id}",
+            markdown=restart_report(
+                job=job,
+                checkpoint=target,
+                exclude=exclude,
+                actions=actions,
+                dry_run=request.dry_run,
+            ),
         )
     return RestartResult(
         job_id=job.job_id,

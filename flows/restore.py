@@ -18,12 +18,13 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.locate import run_pair_tests
-from trainmedic.ansible import Inventory, run_playbook
-from trainmedic.errors import InputError
-from trainmedic.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
-from trainmedic.pairing import Group, Verdict, judge_round
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import get_settings
+from trainmedic.adapters.ansible import Inventory, run_playbook
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core.errors import InputError
+from trainmedic.core.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
+from trainmedic.core.settings import get_settings
+from trainmedic.locate import Group, Verdict, judge_round
+from trainmedic.reports.nodes import restore_report
 
 __all__ = ["RestoreRequest", "RestoreResult", "choose_partners", "restore_node"]
 
@@ -168,28 +169,16 @@ def _finish(
     (log.info if restored else log.warning)("%s: %s (%s)", result.node, verdict, reason)
     create_markdown_artifact(
         key=result.report_key,
-        markdown=_markdown(result, request.dry_run),
+        markdown=restore_report(
+            node=result.node,
+            verdict=result.verdict,
+            reason=result.reason,
+            partner=result.partner,
+            busbw_gbps=result.busbw_gbps,
+            reference_gbps=result.reference_gbps,
+            restored=result.restored,
+            dry_run=request.dry_run,
+        ),
         description=f"Restore {result.node}: {verdict}",
     )
     return result
-
-
-def _markdown(result: RestoreResult, dry_run: bool) -> str:
-    def gbps(value: float | None) -> str:
-        return f"{value} GB/s" if value is not None else "—"
-
-    return "\n".join(
-        [
-            f"# Restore {result.node}{' — DRY RUN' if dry_run else ''}",
-            "",
-            "| | |",
-            "|---|---|",
-            f"| outcome | **{result.verdict}** |",
-            f"| why | {result.reason.replace('|', '/')} |",
-            f"| partner | {result.partner or '—'} |",
-            f"| bus bandwidth | {gbps(result.busbw_gbps)} |",
-            f"| reference | {gbps(result.reference_gbps)} |",
-            f"| back in service | {'yes' if result.restored else 'no'} |",
-            "",
-        ]
-    )

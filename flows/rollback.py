@@ -21,10 +21,10 @@ from flows.tasks import (
     restart_from,
     stop_job,
 )
-from trainmedic import checkpoints
-from trainmedic.models import JobId
-from trainmedic.recovery import spike_start
-from trainmedic.report import ActionRecord, rollback_report
+from trainmedic.adapters import checkpoints
+from trainmedic.core.models import ActionRecord, JobId
+from trainmedic.decisions.training import spike_start
+from trainmedic.reports.recovery import rollback_report
 
 
 class RollbackRequest(BaseModel):

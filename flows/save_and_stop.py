@@ -13,10 +13,11 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import job_lock, load_job, request_checkpoint, stop_job, wait_for_checkpoint
-from trainmedic import checkpoints
-from trainmedic.errors import SchedulerError
-from trainmedic.models import JobId
-from trainmedic.validate import SAFE_TEXT_RE
+from trainmedic.adapters import checkpoints
+from trainmedic.core.errors import SchedulerError
+from trainmedic.core.models import JobId
+from trainmedic.core.validate import SAFE_TEXT_RE
+from trainmedic.reports.recovery import planned_stop_report
 
 
 class SaveAndStopRequest(BaseModel):
@@ -49,22 +50,16 @@ def save_and_stop(request: SaveAndStopRequest) -> SaveAndStopResult:
             saved = wait_for_checkpoint(job, newest_before, request.save_timeout_s)
             logger.info("job %s saved step %d on request", job.job_id, saved.step)
         action = stop_job(job, f"trainmedic save-and-stop: {request.reason}", request.dry_run)
-        lines = [
-            f"# Planned stop of job {job.job_id} ({job.name})"
-            + (" — DRY RUN" if request.dry_run else ""),
-            "",
-            f"- reason: {request.reason}",
-            f"- newest checkpoint before the request: step {newest_before if before else '—'}",
-            f"- checkpoint saved on request: **step {saved.step}** (`{saved.path}`)"
-            if saved
-            else "- no checkpoint requested (dry run)",
-            f"- job stopped: {'yes' if action.changed else 'no'} ({action.outcome})",
-            f"- resume with: `trainmedic restart {job.job_id} --from-checkpoint "
-            f"{saved.step if saved else newest_before}`",
-        ]
         report_id = create_markdown_artifact(
             key=f"save-and-stop-{job.job_id}",
-            markdown="\n".join(lines) + "\n",
+            markdown=planned_stop_report(
+                job=job,
+                reason=request.reason,
+                newest_before=newest_before if before else None,
+                saved=saved,
+                stop=action,
+                dry_run=request.dry_run,
+            ),
             description=f"Planned stop of job {job.job_id}",
         )
     return SaveAndStopResult(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,19 +20,18 @@ from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 
-from trainmedic import checkpoints, isolation, safety
-from trainmedic.ansible import run_playbook
-from trainmedic.diagnosis import LlmConfig, llm_config_from_env
-from trainmedic.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
-from trainmedic.files import append_line
-from trainmedic.models import Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
-from trainmedic.recovery import LossRecord, parse_loss_history
-from trainmedic.report import ActionRecord
-from trainmedic.safety import ActionEntry, ActionKind, BreakerState
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import Settings, get_settings
-from trainmedic.telemetry import fetch_gpu_telemetry
-from trainmedic.validate import safe_text
+from trainmedic.adapters import checkpoints
+from trainmedic.adapters.ansible import run_playbook
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.adapters.telemetry import fetch_gpu_telemetry
+from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
+from trainmedic.core.models import ActionRecord, Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
+from trainmedic.core.settings import get_settings
+from trainmedic.core.validate import safe_text
+from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
+from trainmedic.decisions.training import LossRecord, parse_loss_history
+from trainmedic.diagnosis import LlmConfig, llm_config_from_settings
+from trainmedic.state import ActionEntry, ActionKind, DrainRecord, Ledgers
 
 JOB_LOCK_WAIT_S = 900
 LOCK_LEASE_S = 1800
@@ -133,9 +131,8 @@ def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
 
 def breaker_status() -> BreakerState:
     settings = get_settings()
-    path = settings.action_ledger
-    entries = safety.parse_entries(path.read_text()) if path.exists() else []
-    return safety.breaker_state(entries, datetime.now(UTC), settings.circuit_breaker())
+    entries = Ledgers(settings.home).actions.read()
+    return breaker_state(entries, datetime.now(UTC), circuit_breaker(settings))
 
 
 @contextlib.contextmanager
@@ -153,12 +150,7 @@ def guarded(kind: ActionKind, target: str) -> Iterator[None]:
     entry = ActionEntry(
         kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
     )
-    append_line(get_settings().action_ledger, safety.entry_line(entry))
-
-
-def drain_ledger_path(settings: Settings) -> Path:
-    """Every drain trainmedic made, one JSON line each: the blast-radius rate limit reads it."""
-    return settings.home / "isolation" / "drains.jsonl"
+    Ledgers(get_settings().home).actions.append(entry)
 
 
 @task(name="drain-node", cache_policy=NO_CACHE)
@@ -177,10 +169,10 @@ def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
         with guarded(ActionKind.drain, node):
             changed = scheduler.drain(node, reason)
     if changed:
-        record = isolation.DrainRecord(
+        record = DrainRecord(
             node=node, at=datetime.now(UTC), flow_run=flow_run.get_name() or "", reason=reason
         )
-        append_line(drain_ledger_path(get_settings()), isolation.ledger_line(record))
+        Ledgers(get_settings().home).drains.append(record)
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
     return ActionRecord(
         what="drain",
@@ -347,14 +339,12 @@ def wait_for_checkpoint(job: JobInfo, newer_than: int, timeout_s: float) -> Chec
     )
 
 
-LLM_KEY_BLOCK_ENV = "TRAINMEDIC_LLM_API_KEY_BLOCK"
-
-
 def llm_config() -> LlmConfig | None:
     """The optional LLM fallback's endpoint; its key from the environment or, better, from
     the Prefect Secret block named in TRAINMEDIC_LLM_API_KEY_BLOCK (never logged)."""
-    config = llm_config_from_env()
-    block = os.environ.get(LLM_KEY_BLOCK_ENV)
+    settings = get_settings()
+    config = llm_config_from_settings(settings)
+    block = settings.llm_api_key_block
     if config is not None and config.api_key is None and block:
         from prefect.blocks.system import Secret
 

@@ -29,15 +29,24 @@ from flows.tasks import (
     restart_from,
     stop_job,
 )
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core.models import (
+    ActionRecord,
+    Checkpoint,
+    Diagnosis,
+    GpuTelemetry,
+    JobId,
+    JobInfo,
+    PlaybookResult,
+)
+from trainmedic.core.settings import get_settings
+from trainmedic.core.validate import compress_nodelist
+from trainmedic.decisions.attempts import attempts_so_far, same_failure_streak
+from trainmedic.decisions.guard import isolation_policy
+from trainmedic.decisions.remediation import plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
-from trainmedic.ledger import DiagnosisLedger
-from trainmedic.models import Checkpoint, Diagnosis, GpuTelemetry, JobId, JobInfo, PlaybookResult
-from trainmedic.policy import attempts_so_far, plan_remediation
-from trainmedic.recovery import same_failure_streak
-from trainmedic.report import ActionRecord, triage_report
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import get_settings
-from trainmedic.validate import compress_nodelist
+from trainmedic.reports.triage import triage_report
+from trainmedic.state import Ledgers
 
 
 class TriageRequest(BaseModel):
@@ -141,7 +150,7 @@ def _triage(request: TriageRequest) -> TriageResult:
 
     scheduler = get_scheduler()
     history = scheduler.jobs()
-    ledger = DiagnosisLedger(settings.home)
+    ledger = Ledgers(settings.home).diagnoses
     if not request.dry_run:
         ledger.record(job.job_id, str(diagnosis.category))
     categories = {**ledger.categories(), job.job_id: str(diagnosis.category)}
@@ -168,7 +177,7 @@ def _triage(request: TriageRequest) -> TriageResult:
             dict.fromkeys(plan.drain, str(diagnosis.category)),
             runbook="triage",
             evidence="in the job logs",
-            policy=settings.isolation_policy(),
+            policy=isolation_policy(settings),
             approval_timeout_s=settings.approval_timeout_s,
             job_id=job.job_id,
             dry_run=request.dry_run,
@@ -181,7 +190,7 @@ def _triage(request: TriageRequest) -> TriageResult:
                 nodes=list(job.nodes),
                 job_id=job.job_id,
                 isolate=True,
-                policy=settings.isolation_policy(),
+                policy=isolation_policy(settings),
                 approval_timeout_s=settings.approval_timeout_s,
                 dry_run=request.dry_run,
             )

@@ -14,11 +14,11 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import fetch_telemetry
-from trainmedic.events import emit
-from trainmedic.models import JobEvent, JobInfo, JobState
-from trainmedic.recovery import is_hung
-from trainmedic.scheduler import get_scheduler
-from trainmedic.settings import get_settings
+from trainmedic.adapters.events import emit
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core.models import JobEvent, JobInfo, JobState
+from trainmedic.core.settings import get_settings
+from trainmedic.decisions.training import is_hung
 
 
 class WatchdogRequest(BaseModel):

@@ -26,11 +26,9 @@ USER_NAME=prefect
 PASSWORD=prefect
 URL="postgresql+asyncpg://$USER_NAME:$PASSWORD@127.0.0.1:$PORT/prefect"
 
-log() { printf 'postgres.sh: %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+LOG_TAG=postgres.sh
+# shellcheck source=scripts/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 [[ "$PORT" =~ ^[0-9]+$ && "$PORT" -ge 1024 && "$PORT" -le 65535 ]] || die "TRAINMEDIC_PG_PORT=$PORT: out of range"
 
@@ -44,25 +42,7 @@ pg_bindir() {
 
 install_packages() {
     pg_bindir >/dev/null && return 0
-    [[ $(id -u) == 0 ]] || die "PostgreSQL is not installed and installing it needs root"
-    command -v apt-get >/dev/null || die "PostgreSQL is not installed and there is no apt-get"
-    log "installing postgresql (apt-get)"
-    local started=$SECONDS added_policy=0
-    # The package's postinst would start the system cluster on 5432; a policy-rc.d that
-    # refuses service starts (the usual container one) keeps the install from doing that.
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        added_policy=1
-    fi
-    local rc=0
-    {
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2 ||
-            { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2; }
-    } || rc=$?
-    [[ $added_policy == 1 ]] && rm -f /usr/sbin/policy-rc.d
-    [[ $rc == 0 ]] || die "apt-get install postgresql failed (rc=$rc)"
-    log "installed postgresql in $((SECONDS - started)) s"
+    apt_install postgresql
     pg_bindir >/dev/null || die "postgresql installed but no initdb/pg_ctl under /usr/lib/postgresql"
 }
 
@@ -159,12 +139,4 @@ cmd_status() {
     fi
 }
 
-case "${1:-}" in
-    up) cmd_up ;;
-    down) cmd_down ;;
-    status) cmd_status ;;
-    *)
-        echo "usage: $0 up|down|status" >&2
-        exit 2
-        ;;
-esac
+run_command "up down status" "$@"

@@ -63,7 +63,7 @@ echo "test: ansible-lint (production profile)"
 ansible-lint -q playbooks/
 echo "test: pytest"
 status=0
-python -m pytest -q -p no:cacheprovider "$@" || status=$?
+python -m pytest -q -p no:cacheprovider --durations=20 "$@" || status=$?
 
 # The real-cluster tier brings up its own Slurm on the testbed: the first one goes first.
 if [[ -n ${SLURM_CONF:-} ]]; then

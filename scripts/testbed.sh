@@ -419,16 +419,4 @@ cmd_fault() {
     log "$node: $kind"
 }
 
-case "${1:-}" in
-up) cmd_up ;;
-down) cmd_down ;;
-status) cmd_status ;;
-fault)
-    shift
-    cmd_fault "$@"
-    ;;
-*)
-    echo "usage: $0 up|down|status|fault NODE linkdown|slow|unreachable|clear" >&2
-    exit 2
-    ;;
-esac
+run_command "up down status fault" "$@"

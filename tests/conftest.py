@@ -1,5 +1,8 @@
 """Shared fixtures: an isolated trainmedic home with a simulated cluster, and one real Prefect
-server for the whole session (prefect_test_harness: a real server process on SQLite)."""
+server for the whole session (prefect_test_harness: a real server process on SQLite).
+
+Every test is marked with its tier, the folder it lives in (tests/<tier>/): `pytest -m unit`
+runs the pure tier alone. See ARCHITECTURE.md for what each tier needs."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.settings import Settings, get_settings
+from trainmedic.core.settings import Settings, get_settings
 
 os.environ.setdefault("TRAINMEDIC_SIM_STEP_SECONDS", "0.02")
 os.environ.setdefault("TRAINMEDIC_SIM_TEST_SECONDS", "0.2")
@@ -29,7 +32,7 @@ def tm_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setting
 @pytest.fixture
 def sim(tm_home: Settings) -> Iterator[tuple[Settings, object]]:
     """A 8-node simulated cluster (4 GPUs each) and its scheduler; jobs stopped afterwards."""
-    from trainmedic.scheduler.sim import SimScheduler
+    from trainmedic.adapters.scheduler.sim import SimScheduler
     from trainmedic.sim.cluster import SimCluster
 
     cluster = SimCluster(tm_home.sim_home)
@@ -50,10 +53,22 @@ def prefect_server() -> Iterator[None]:
         yield
 
 
+TIERS = ("unit", "adapters", "flows", "e2e", "slurm", "ui", "integration")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.resolve().relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in a tier folder {TIERS}")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Flush what can still be sent, then drop what was queued for test servers that are
     gone, so the process exits instead of retrying them for hours."""
-    from helpers import discard_undeliverable_prefect_items, drain_prefect_workers
+    from support.prefect_queues import discard_undeliverable_prefect_items, drain_prefect_workers
 
     drain_prefect_workers(timeout=5)
     discard_undeliverable_prefect_items()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 import time
 
-from trainmedic.errors import ServerError
-from trainmedic.models import JobEvent, JobSpec, JobState
-from trainmedic.settings import get_settings
+from trainmedic.core.errors import ServerError
+from trainmedic.core.models import JobEvent, JobSpec, JobState
+from trainmedic.core.settings import get_settings
 from trainmedic.stack import Stack, apply_prefect_env
 
 DEMO_STEPS = 1000
@@ -24,8 +24,8 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> in
     settings = get_settings()
     apply_prefect_env(settings)
 
-    from trainmedic.events import emit
-    from trainmedic.scheduler.sim import SimScheduler
+    from trainmedic.adapters.events import emit
+    from trainmedic.adapters.scheduler.sim import SimScheduler
     from trainmedic.sim.cluster import SimCluster
 
     cluster = SimCluster(settings.sim_home)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from trainmedic.errors import ServerError
-from trainmedic.settings import REPO_ROOT, Settings
+from trainmedic.core.errors import ServerError
+from trainmedic.core.settings import REPO_ROOT, Settings
 
 WORK_POOL = "trainmedic"
 

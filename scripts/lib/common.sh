@@ -47,15 +47,38 @@ stop_pid() {
 
 # apt_install PACKAGE...: install Debian packages (root + apt-get), refreshing the package
 # lists only when the first try cannot find them. A fresh machine has none of them: every
-# package a tier needs is installed here, never by hand.
+# package a tier needs is installed here, never by hand. The packages' own services (the
+# system sshd, PostgreSQL cluster, slurmctld...) are not started: the scripts start their own.
 apt_install() {
+    local started=$SECONDS added_policy=0 rc=0
     command -v apt-get >/dev/null 2>&1 || die "need $*, and there is no apt-get to install them"
     [[ $(id -u) == 0 ]] || die "need $*: installing them takes root"
     log "installing $* (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        added_policy=1
+    fi
     apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 ||
         { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } ||
-        die "apt-get install $* failed"
+        rc=$?
+    if ((added_policy)); then rm -f /usr/sbin/policy-rc.d; fi
+    ((rc == 0)) || die "apt-get install $* failed (rc=$rc)"
+    log "installed $* in $((SECONDS - started)) s"
+}
+
+# run_command "CMD..." ARGS...: the script's entry point: cmd_<ARGS[0]> with the rest of the
+# arguments when it is one of CMD, else a usage line and exit 2.
+run_command() {
+    local commands=$1 cmd=${2:-}
+    shift 2 || shift $#
+    if [[ -n $cmd && " $commands " == *" $cmd "* ]]; then
+        "cmd_$cmd" "$@"
+    else
+        echo "usage: $0 ${commands// /|}" >&2
+        exit 2
+    fi
 }
 
 # need_commands "CMD..." PACKAGE...: install the packages unless every command is there.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.settings import REPO_ROOT, Settings, get_settings
+from trainmedic.core.settings import REPO_ROOT, Settings, get_settings
 
 TESTBED_SH = REPO_ROOT / "scripts" / "testbed.sh"
 INVENTORY = REPO_ROOT / "inventories" / "testbed"
@@ -89,7 +89,7 @@ def tb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
 
 
 def pair_test(group: list[str]) -> dict[str, object]:
-    from trainmedic.ansible import run_playbook
+    from trainmedic.adapters.ansible import run_playbook
 
     result = run_playbook(
         "nccl_pair_test.yml", [group[0]], {"trainmedic_pair_hosts": group}, timeout_s=120
@@ -158,8 +158,8 @@ def test_throttled_node_is_located_as_slow(prefect_server, tb: Settings) -> None
 
 
 def test_unreachable_node_is_reported_and_the_rest_carry_on(prefect_server, tb: Settings) -> None:
-    from trainmedic.ansible import run_playbook
-    from trainmedic.models import HostOutcome
+    from trainmedic.adapters.ansible import run_playbook
+    from trainmedic.core.models import HostOutcome
 
     tb_sh("fault", "node004", "unreachable")
     result = run_playbook("collect_node_diagnostics.yml", list(NODES), timeout_s=120)
@@ -223,7 +223,7 @@ def slurm_tb(tb: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     try:
         yield settings
     finally:
-        from trainmedic.scheduler import get_scheduler
+        from trainmedic.adapters.scheduler import get_scheduler
 
         scheduler = get_scheduler(settings)
         for job in scheduler.jobs():
@@ -249,10 +249,10 @@ def test_slurm_job_on_a_node_whose_link_dies_is_triaged_drained_and_resubmitted(
 ) -> None:
     from flows.tasks import heartbeat_step
     from flows.triage import TriageRequest, triage
-    from trainmedic.events import emit
-    from trainmedic.intake import Intake
-    from trainmedic.models import JobSpec, JobState, NodeState
-    from trainmedic.scheduler import get_scheduler
+    from trainmedic.adapters.events import emit
+    from trainmedic.adapters.intake import Intake
+    from trainmedic.adapters.scheduler import get_scheduler
+    from trainmedic.core.models import JobSpec, JobState, NodeState
 
     scheduler = get_scheduler(slurm_tb)
     sent: list[tuple[object, str]] = []

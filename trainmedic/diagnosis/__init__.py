@@ -1,14 +1,14 @@
 """Failure-log diagnosis: which Category a failed training job belongs to, and where.
 
 Pure domain logic (no Prefect): the triage flow calls ``diagnose`` / ``diagnose_paths``
-and acts on the returned ``trainmedic.models.Diagnosis``.
+and acts on the returned ``trainmedic.core.models.Diagnosis``.
 """
 
 from __future__ import annotations
 
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
 from trainmedic.diagnosis.engine import diagnose, diagnose_paths, suspect_hosts
-from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm, llm_config_from_env
+from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm, llm_config_from_settings
 from trainmedic.diagnosis.sources import LogSource, host_and_rank_from_name
 
 __all__ = [
@@ -21,7 +21,7 @@ __all__ = [
     "diagnose",
     "diagnose_paths",
     "host_and_rank_from_name",
-    "llm_config_from_env",
+    "llm_config_from_settings",
     "load_catalogue",
     "suspect_hosts",
 ]

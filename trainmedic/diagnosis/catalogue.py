@@ -10,8 +10,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from trainmedic.errors import ConfigError
-from trainmedic.taxonomy import Category
+from trainmedic.core.errors import ConfigError
+from trainmedic.core.taxonomy import Category
 
 __all__ = [
     "MASK",

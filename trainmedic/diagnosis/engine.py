@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmedic.core.models import Diagnosis, Evidence, GpuTelemetry
+from trainmedic.core.taxonomy import Category, layer_of, remediation_for
+from trainmedic.core.validate import HOSTNAME_RE
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm
 from trainmedic.diagnosis.loss import find_loss_spike
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
-from trainmedic.models import Diagnosis, Evidence, GpuTelemetry
-from trainmedic.taxonomy import Category, layer_of, remediation_for
-from trainmedic.validate import HOSTNAME_RE
 
 __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
 

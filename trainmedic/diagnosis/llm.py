@@ -11,25 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
-from trainmedic.taxonomy import Category
+from trainmedic.core.settings import Settings
+from trainmedic.core.taxonomy import Category
 
-__all__ = ["LlmAnswer", "LlmConfig", "classify_with_llm", "llm_config_from_env"]
+__all__ = ["LlmAnswer", "LlmConfig", "classify_with_llm", "llm_config_from_settings"]
 
 log = logging.getLogger(__name__)
 
 MAX_CONFIDENCE = 0.6  # a model's guess never outranks a matched signature
 TAIL_CHARS = 6000
-ENV_URL = "TRAINMEDIC_LLM_URL"
-ENV_MODEL = "TRAINMEDIC_LLM_MODEL"
-ENV_KEY = "TRAINMEDIC_LLM_API_KEY"
-ENV_TIMEOUT = "TRAINMEDIC_LLM_TIMEOUT_S"
 
 
 @dataclass(frozen=True)
@@ -57,16 +53,13 @@ class LlmAnswer:
     reason: str
 
 
-def llm_config_from_env(env: Mapping[str, str] | None = None) -> LlmConfig | None:
-    values = os.environ if env is None else env
-    url, model = values.get(ENV_URL, "").strip(), values.get(ENV_MODEL, "").strip()
+def llm_config_from_settings(settings: Settings) -> LlmConfig | None:
+    """The fallback's endpoint, or None (off) unless both its URL and model are set."""
+    url, model = settings.llm_url.strip(), settings.llm_model.strip()
     if not url or not model:
         return None
-    try:
-        timeout = float(values.get(ENV_TIMEOUT, "20"))
-    except ValueError:
-        timeout = 20.0
-    return LlmConfig(url=url, model=model, api_key=values.get(ENV_KEY) or None, timeout_s=timeout)
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return LlmConfig(url=url, model=model, api_key=key or None, timeout_s=settings.llm_timeout_s)
 
 
 _SYSTEM_PROMPT = (

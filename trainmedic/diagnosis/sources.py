@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from trainmedic.errors import InputError
+from trainmedic.core.errors import InputError
 
 __all__ = ["BLOCK_SIZE", "LogSource", "host_and_rank_from_name"]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field
 
-from trainmedic import validate
-from trainmedic.errors import InputError
-from trainmedic.files import read_json, write_json_atomic
-from trainmedic.settings import REPO_ROOT
+from trainmedic.core import validate
+from trainmedic.core.errors import InputError
+from trainmedic.core.files import read_json, write_json_atomic
+from trainmedic.core.settings import REPO_ROOT
 
 MAX_NODES = 1024
 COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi")

@@ -22,9 +22,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
-from trainmedic.checkpoints import MANIFEST, checkpoint_dirname, sha256_file, verify
-from trainmedic.files import read_json, write_json_atomic
-from trainmedic.models import JobSpec
+from trainmedic.adapters.checkpoints import MANIFEST, checkpoint_dirname, sha256_file, verify
+from trainmedic.core.files import read_json, write_json_atomic
+from trainmedic.core.models import JobSpec
+from trainmedic.core.settings import get_settings
 from trainmedic.sim.cluster import NodeFault, node_status
 
 SHARD_BYTES = 64 * 1024
@@ -48,7 +49,7 @@ class Trainer:
         self.nodes = [n for n in args.nodes.split(",") if n]
         self.nodes_dir = Path(args.nodes_dir) if args.nodes_dir else None
         self.data_faults = Path(args.data_faults) if args.data_faults else None
-        self.step_seconds = float(os.environ.get("TRAINMEDIC_SIM_STEP_SECONDS", "0.05"))
+        self.step_seconds = get_settings().sim_step_seconds
         self.log_dir = self.job_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)

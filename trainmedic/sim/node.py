@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from trainmedic.core.settings import get_settings
 from trainmedic.sim.cluster import NodeFault, NodeStatus, node_status, pci_bus_id
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -140,7 +141,7 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
     args, _ = parser.parse_known_args(argv)
     hosts = [h for h in args.hosts.split(",") if h]
     statuses = [node_status(node_dir.parent / h) for h in hosts]
-    seconds = float(os.environ.get("TRAINMEDIC_SIM_TEST_SECONDS", "0.5"))
+    seconds = get_settings().sim_test_seconds
     size = _parse_size(args.maxbytes)
     nranks = len(hosts) * args.ngpus
 
@@ -158,7 +159,7 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
 
     if any(s.fault is NodeFault.down for s in statuses):
         # Bootstrap never completes with a peer that is gone: the real test hangs here.
-        time.sleep(float(os.environ.get("TRAINMEDIC_SIM_HANG_SECONDS", "3600")))
+        time.sleep(get_settings().sim_hang_seconds)
         return 1
     broken = [s for s in statuses if s.fault in (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)]
     time.sleep(seconds)

@@ -1,0 +1,204 @@
+"""Event → deployment trigger → worker → runbook → scheduler, with nothing in between faked:
+the embedded stack (Prefect server, `prefect deploy --all`, a process worker, the simulated
+DCGM exporter) in a temporary home, the intake, and jobs on the simulated cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.stack import DATABASE_URL_ENV, embedded_stack, fresh_database
+from support.waits import wait_finished, wait_step, wait_until
+
+from trainmedic.adapters import checkpoints
+from trainmedic.adapters.events import emit
+from trainmedic.adapters.intake import Intake
+from trainmedic.adapters.scheduler.sim import SimScheduler
+from trainmedic.core.models import JobEvent, JobInfo, JobSpec, JobState, NodeState
+from trainmedic.core.settings import Settings
+from trainmedic.sim.cluster import SimCluster
+from trainmedic.stack import Stack
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+LATENCIES: list[float] = []
+
+# On PostgreSQL only the event path under concurrent flow runs (trigger, duplicates and
+# replays): that is where the backends differ, and the whole module twice costs CI ~95 s more.
+POSTGRESQL_TESTS = {
+    "test_failure_event_triggers_triage_and_resubmission",
+    "test_duplicate_events_remediate_once",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "stack" not in metafunc.fixturenames:
+        return
+    backends = [pytest.param("sqlite", id="sqlite")]
+    if metafunc.function.__name__ in POSTGRESQL_TESTS:
+        backends.append(
+            pytest.param(
+                "postgresql",
+                id="postgresql",
+                marks=pytest.mark.skipif(
+                    not os.environ.get(DATABASE_URL_ENV),
+                    reason=f'{DATABASE_URL_ENV} is not set (eval "$(scripts/postgres.sh up)")',
+                ),
+            )
+        )
+    metafunc.parametrize("stack", backends, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Settings, Stack]]:
+    backend: str = request.param
+    root = tmp_path_factory.mktemp(f"e2e-{backend}")
+    env = {"TRAINMEDIC_VERIFY_TIMEOUT_S": "60", "TRAINMEDIC_HANG_TIMEOUT_S": "6"}
+    LATENCIES.clear()
+    with contextlib.ExitStack() as resources:
+        database = None
+        if backend == "postgresql":
+            database = resources.enter_context(
+                fresh_database(os.environ[DATABASE_URL_ENV], prefix="prefect_e2e")
+            )
+        yield resources.enter_context(
+            embedded_stack(root, worker=True, database_url=database, env=env)
+        )
+    if LATENCIES:
+        print(
+            f"\nevent-to-resubmission latency ({backend}): "
+            f"median {statistics.median(LATENCIES):.1f} s "
+            f"over {len(LATENCIES)} runs: {[round(x, 1) for x in LATENCIES]}"
+        )
+
+
+def wait_resubmission(scheduler: SimScheduler, job_id: str, timeout: float = 120) -> JobInfo:
+    def resubmitted() -> JobInfo | None:
+        return next((j for j in scheduler.jobs() if j.resubmission_of == job_id), None)
+
+    return wait_until(resubmitted, timeout, f"job {job_id} resubmitted", interval=0.5)
+
+
+def wait_runbooks_idle(timeout: float = 180) -> None:
+    """Let the runbooks an earlier scenario started finish before its jobs are cleared away."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    busy = FlowRunFilter(
+        state=FlowRunFilterState(
+            type=FlowRunFilterStateType(
+                any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]
+            )
+        )
+    )
+
+    def idle() -> bool:
+        with get_client(sync_client=True) as client:
+            flows = {f.id: f.name for f in client.read_flows()}
+            runs = client.read_flow_runs(flow_run_filter=busy)
+        return not [r for r in runs if flows.get(r.flow_id) != "watchdog"]
+
+    wait_until(idle, timeout, "every runbook finished", interval=1)
+
+
+def run_job(settings: Settings, name: str, **spec: object) -> tuple[SimScheduler, JobInfo]:
+    """Each scenario starts on a healthy cluster: earlier faults repaired, drains resumed."""
+    wait_runbooks_idle()
+    scheduler = SimScheduler(settings.sim_home)
+    cluster = SimCluster(settings.sim_home)
+    for earlier in scheduler.jobs():  # free the nodes that earlier scenarios' jobs hold
+        if not earlier.state.finished:
+            scheduler.cancel(earlier.job_id, "next scenario")
+    for node in cluster.names():
+        cluster.repair(node)
+        scheduler.resume(node)
+    job = scheduler.submit(JobSpec(name=name, steps=100_000, checkpoint_every=20, **spec))
+    assert job.state is JobState.RUNNING, job.reason
+    return scheduler, job
+
+
+def test_failure_event_triggers_triage_and_resubmission(stack) -> None:
+    settings, embedded = stack
+    cluster = SimCluster(settings.sim_home)
+    scheduler, job = run_job(settings, "trig", nodes=2)
+    intake = Intake(scheduler, settings.home, lambda e: emit(e, api_url=embedded.api_url))
+    intake.poll()  # baseline pass
+    wait_step(job, 50)
+    cluster.inject(job.nodes[0], "ecc", gpu=1)
+    failed = wait_finished(scheduler, job.job_id)
+    sent_at = time.time()
+    assert [e.kind for e in intake.poll()] == ["job.failed"]
+    new = wait_resubmission(scheduler, job.job_id)
+    LATENCIES.append(new.submitted_at.timestamp() - sent_at)
+    newest = checkpoints.newest_valid(checkpoints.scan(Path(failed.checkpoint_dir)))
+    assert new.spec.resume_from_step == newest.step
+    assert failed.nodes[0] not in new.nodes
+    drained = {n.name: n for n in scheduler.nodes()}[failed.nodes[0]]
+    assert drained.state is NodeState.DRAINED and "ECCError" in drained.reason
+
+
+def test_duplicate_events_remediate_once(stack) -> None:
+    settings, embedded = stack
+    cluster = SimCluster(settings.sim_home)
+    scheduler, job = run_job(settings, "dup", nodes=2)
+    wait_step(job, 30)
+    cluster.inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    event = JobEvent(kind="job.failed", job_id=failed.job_id, nodes=failed.nodes, exit_code=1)
+    sent_at = time.time()
+    emit(event, api_url=embedded.api_url)
+    emit(event, api_url=embedded.api_url)  # a replay
+    emit(JobEvent(kind="job.node_fail", job_id=failed.job_id), api_url=embedded.api_url)
+    new = wait_resubmission(scheduler, job.job_id)
+    LATENCIES.append(new.submitted_at.timestamp() - sent_at)
+    # Every run the three events started has ended: a second remediation would have acted.
+    wait_runbooks_idle()
+    assert [j.job_id for j in scheduler.jobs() if j.resubmission_of == job.job_id] == [new.job_id]
+
+
+def test_loss_spike_event_rolls_back_and_skips_batches(stack) -> None:
+    settings, embedded = stack
+    scheduler, job = run_job(settings, "spiky", nodes=1)
+    scheduler.inject_job_fault(job.job_id, "spike", batch=130)
+    wait_step(job, 150)
+    sent_at = time.time()
+    emit(JobEvent(kind="job.loss_spike", job_id=job.job_id, step=145), api_url=embedded.api_url)
+    new = wait_resubmission(scheduler, job.job_id)
+    LATENCIES.append(new.submitted_at.timestamp() - sent_at)
+    assert new.spec.resume_from_step == 120  # newest checkpoint before the spike at 130
+    assert new.spec.skip_batches == (121, 130)
+    assert scheduler.job(job.job_id).state is JobState.CANCELLED
+    wait_step(new, 140)
+    rows = (Path(new.log_dir).parent / "loss.csv").read_text().split()
+    losses = [float(r.split(",")[2]) for r in rows]
+    assert max(losses) < 4.0  # the poisoned batch was skipped: no spike this time
+
+
+def test_hang_is_detected_and_triaged(stack) -> None:
+    from flows.watchdog import WatchdogRequest, watchdog
+
+    settings, _ = stack
+    scheduler, job = run_job(settings, "hangs", nodes=2)
+    wait_step(job, 30)
+    scheduler.inject_job_fault(job.job_id, "hang")
+    # Detection within 2x the timeout follows from this: the first watchdog pass after the
+    # timeout finds the hang, none before it does (no wall-clock bound asserted here).
+    heartbeat = Path(job.heartbeat_path)
+    assert watchdog(WatchdogRequest()) == []  # hung for less than the timeout: not yet
+    wait_until(lambda: time.time() - heartbeat.stat().st_mtime >= 6.5, 30, "hang timeout")
+    findings = watchdog(WatchdogRequest())
+    assert [f.job_id for f in findings] == [job.job_id]
+    new = wait_resubmission(scheduler, job.job_id)
+    assert scheduler.job(job.job_id).state is JobState.CANCELLED
+    assert new.spec.resume_from_step is not None

@@ -1,0 +1,73 @@
+"""A runbook that fails notifies on-call through a Prefect automation and a webhook block:
+a real server's automation service posts to a real HTTP receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+from prefect import flow, tags
+from support.ports import free_port
+from support.stack import server_only
+
+from trainmedic.core.settings import Settings
+from trainmedic.stack import Stack
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+class Receiver(BaseHTTPRequestHandler):
+    posts: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Receiver.posts.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    settings = Settings(home=tmp_path_factory.mktemp("notify") / "home", server_port=free_port())
+    with server_only(settings) as stack:
+        yield stack
+
+
+@flow(name="broken-runbook")
+def broken_runbook() -> None:
+    raise RuntimeError("scheduler unreachable")
+
+
+def test_failed_runbook_posts_to_the_webhook(server: Stack) -> None:
+    from trainmedic.adapters.notifications import install
+
+    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    Receiver.posts = []
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/hook"
+        install(block_name="oncall", webhook_url=url)
+        install(block_name="oncall", webhook_url=url)  # idempotent: replaced, not doubled
+        with tags("trainmedic"):
+            state = broken_runbook(return_state=True)
+        assert state.is_failed()
+        deadline = time.monotonic() + 90
+        while not Receiver.posts and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(3)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(Receiver.posts) == 1, Receiver.posts
+    message = Receiver.posts[0]
+    assert "broken-runbook" in message["subject"] and "Failed" in message["subject"]
+    assert "scheduler unreachable" in message["text"]
+    assert "/runs/flow-run/" in message["text"]

@@ -1,0 +1,256 @@
+"""The locate runbook end to end: a real Prefect server, real ansible-runner running
+playbooks/nccl_pair_test.yml and isolate_node.yml against the simulated cluster (8 nodes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from support.waits import run_in_thread, unique_run_name, wait_paused
+
+from trainmedic.core.models import NodeState
+from trainmedic.decisions.guard import IsolationPolicy
+
+ALL = "node[001-008]"
+HALF = "node[001-004]"  # enough where only the isolation step is under test
+ROOMY = IsolationPolicy(max_share=0.25, max_per_window=4)  # 8 nodes: 5 % would be 0 nodes
+
+
+def artifacts(flow_run_id: str) -> dict[str, object]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)])
+            )
+        )
+    return {a.key: a.data for a in found if a.key}
+
+
+def drained(scheduler) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {n.name: n.reason for n in scheduler.nodes() if n.state is NodeState.DRAINED}
+
+
+@pytest.mark.server
+def test_finds_faulty_and_slow_in_two_rounds_and_drains_the_approved_subset(
+    prefect_server, sim
+) -> None:
+    from prefect.flow_runs import resume_flow_run
+
+    from flows.locate import LocateRequest, locate_faulty_nodes
+
+    cluster, scheduler = sim
+    cluster.inject("node003", "xid79")
+    cluster.inject("node006", "slow")
+    request = LocateRequest(nodes=ALL, isolate=True, policy=ROOMY, approval_timeout_s=120)
+    run_name = unique_run_name("locate-subset")
+    thread, box = run_in_thread(locate_faulty_nodes, request, run_name)
+
+    run_id = wait_paused(run_name)
+    assert drained(scheduler) == {}  # nothing before the human answers
+    # node001 is not a candidate: an approval narrows an isolation, never widens it.
+    resume_flow_run(
+        run_id,
+        run_input={
+            "decision": "approve_subset",
+            "nodes": ["node003", "node001"],
+            "note": "ticket 42",
+        },
+    )
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+
+    assert result.faulty == ["node003"]
+    assert result.slow == ["node006"]
+    assert result.rounds == 2
+    assert result.tests_run >= 6  # 4 screening pairs + 2 verifications
+    assert result.undetermined == []
+    assert result.isolation.mode == "approval"
+    assert result.isolation.approved == ["node003"]
+    assert result.isolation.ignored == ["node001"]
+    assert result.isolation.drained == ["node003"]
+    reasons = drained(scheduler)
+    assert list(reasons) == ["node003"]
+    assert "locate-faulty-nodes" in reasons["node003"] and "faulty" in reasons["node003"]
+
+    found = artifacts(result.flow_run_id)
+    assert {"locate-round-1", "locate-round-2", "locate-summary"} <= set(found)
+    summary = str(found["locate-summary"])
+    assert "**node003**" in summary and "**node006**" in summary
+    assert "human: approve_subset: ticket 42" in summary
+    assert "79, pid=" in summary  # the Xid line collected by isolate_node.yml
+    assert "node003" in str(found["locate-round-2"])  # verified with a healthy partner
+
+
+@pytest.mark.server
+def test_down_node_fails_its_tests_instead_of_hanging_the_flow(prefect_server, sim) -> None:
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.locate import plan_round_one
+
+    cluster, scheduler = sim
+    cluster.inject("node005", "down")
+    names = [f"node{i:03d}" for i in range(1, 9)]
+    # A seed that puts node005 second in its screening pair: its partner's test hangs
+    # waiting for it and must be killed at the timeout (as leader it is just unreachable).
+    seed = next(s for s in range(100) if any(g[1] == "node005" for g in plan_round_one(names, s)))
+    started = time.monotonic()
+    result = locate_faulty_nodes(LocateRequest(nodes=ALL, seed=seed, test_timeout_s=5))
+    assert result.faulty == ["node005"]
+    assert result.slow == [] and result.undetermined == []
+    assert time.monotonic() - started < 90
+    found = artifacts(result.flow_run_id)
+    assert "timed out after 5 s" in str(found["locate-round-1"])
+    assert "node005 unreachable" in str(found["locate-round-2"])
+    assert drained(scheduler) == {}  # isolate=False
+    # The hung test was killed, not left behind.
+    leftovers = [
+        p
+        for p in Path("/proc").glob("[0-9]*")
+        if str(cluster.nodes_dir) in _cmdline(p) and "all_gather_perf" in _cmdline(p)
+    ]
+    assert leftovers == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.server
+def test_auto_approved_isolation_drains_exactly_the_faulty_node(prefect_server, sim) -> None:
+    from flows.locate import LocateRequest, locate_faulty_nodes
+
+    cluster, scheduler = sim
+    cluster.inject("node002", "ecc")
+    marker = Path(cluster.nodes_dir / "node002" / "isolated")
+    # Dry run first: same tests and decision, check-mode isolation, no scheduler write.
+    dry = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, dry_run=True))
+    assert dry.faulty == ["node002"] and dry.isolation.approved == ["node002"]
+    assert dry.isolation.drained == [] and drained(scheduler) == {} and not marker.exists()
+    assert dry.isolation.evidence["node002"]["stopped_rc"] is None  # skipped in check mode
+    assert "DRY RUN" in str(artifacts(dry.flow_run_id)["locate-summary"])
+
+    result = locate_faulty_nodes(
+        LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, job_id="1234")
+    )
+    assert result.faulty == ["node002"] and result.slow == []
+    assert result.isolation.decided_by == "policy (auto-approved)"
+    reasons = drained(scheduler)
+    assert list(reasons) == ["node002"]
+    assert "job 1234" in reasons["node002"]
+    # isolate_node.yml ran: the marker, and the evidence in the report.
+    assert "locate-faulty-nodes" in marker.read_text()
+    evidence = result.isolation.evidence["node002"]
+    assert any(": 48," in line for line in evidence["xid_lines"])
+    assert any("Memory" in line and "Fail" in line for line in evidence["dcgmi"])
+    summary = str(artifacts(result.flow_run_id)["locate-summary"])
+    assert "dcgmi diag -r 1" in summary
+
+    # Replayed: idempotent, nothing drained twice.
+    again = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY))
+    assert again.isolation.mode == "none" and again.isolation.drained == []
+    assert again.isolation.already_drained == ["node002"]
+
+
+@pytest.mark.server
+def test_blast_radius_guard_blocks_without_approval(prefect_server, sim) -> None:
+    from flows.locate import LocateRequest, locate_faulty_nodes
+
+    cluster, scheduler = sim
+    cluster.inject("node004", "xid79")
+    # Default policy: 5 % of 8 nodes rounds to none, so only the floor of one drained node is
+    # allowed unasked, and one node is drained already. Nobody answers the approval.
+    scheduler.drain("node008", "maintenance")
+    result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, approval_timeout_s=10))
+    assert result.faulty == ["node004"]
+    assert result.isolation.mode == "approval"
+    assert any("blast radius" in r for r in result.isolation.reasons)
+    assert "timed out" in result.isolation.decided_by
+    assert result.isolation.drained == [] and drained(scheduler) == {"node008": "maintenance"}
+    assert "nothing drained" in str(artifacts(result.flow_run_id)["locate-summary"])
+
+
+@pytest.mark.server
+def test_rejected_isolation_drains_nothing(prefect_server, sim) -> None:
+    from prefect.flow_runs import resume_flow_run
+
+    from flows.locate import LocateRequest, locate_faulty_nodes
+
+    cluster, scheduler = sim
+    cluster.inject("node003", "nvlink")
+    policy = IsolationPolicy(auto_approve_max=0, max_share=0.5)
+    run_name = unique_run_name("locate-reject")
+    thread, box = run_in_thread(
+        locate_faulty_nodes,
+        LocateRequest(nodes=HALF, isolate=True, policy=policy, approval_timeout_s=120),
+        run_name,
+    )
+    resume_flow_run(wait_paused(run_name), run_input={"decision": "reject"})
+    thread.join(timeout=60)
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+    assert result.faulty == ["node003"]
+    assert result.isolation.decided_by == "human: reject"
+    assert drained(scheduler) == {}
+
+
+@pytest.mark.server
+def test_bad_nodes_are_refused_before_any_test(prefect_server, sim) -> None:
+    from pydantic import ValidationError
+
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.core.errors import InputError
+
+    with pytest.raises(ValidationError):
+        LocateRequest(nodes="node[001-003;reboot]")
+    with pytest.raises(InputError, match="inventory"):
+        locate_faulty_nodes(LocateRequest(nodes="node[007-009]"))
+
+
+def test_batches_bound_the_tests_running_at_once() -> None:
+    from flows.locate import plan_batches
+
+    groups = [(f"n{i}a", f"n{i}b") for i in range(10)]
+    assert plan_batches(groups, 64, 32) == [[groups]]  # one run for the whole round
+    waves = plan_batches(groups, 4, 2)  # 2 runs of 2 tests at once
+    assert [[len(b) for b in w] for w in waves] == [[2, 2], [2, 2], [2]]
+    assert [g for w in waves for b in w for g in b] == groups
+    assert [[len(b) for b in w] for w in plan_batches(groups, 3, 32)] == [[3], [3], [3], [1]]
+
+
+def _played(facts: dict[str, object] | None, outcome: str = "ok"):  # type: ignore[no-untyped-def]
+    from trainmedic.core.models import PlaybookResult
+
+    return PlaybookResult(
+        playbook="nccl_pair_test.yml",
+        status="successful",
+        rc=0,
+        hosts={"a1": outcome},
+        facts={"a1": {"trainmedic_nccl_result": facts}} if facts else {},
+        private_data_dir="/x",
+    )
+
+
+def test_pair_result_reads_the_playbook_facts() -> None:
+    from flows.locate import pair_result
+
+    group = ("a1", "a2")
+    ok = pair_result(group, _played({"rc": 0, "busbw_gbps": "46.2760", "errors": []}), None)
+    assert ok.ok and ok.busbw_gbps == 46.276
+    broken = pair_result(
+        group, _played({"rc": 1, "busbw_gbps": "", "errors": ["a2: Test NCCL failure x"]}), None
+    )
+    assert not broken.ok and broken.error == "rc=1: a2: Test NCCL failure x"
+    hung = pair_result(group, _played({"rc": 124, "timed_out": True, "busbw_gbps": ""}), 30)
+    assert not hung.ok and "timed out after 30 s" in hung.error
+    mute = pair_result(group, _played({"rc": 0, "busbw_gbps": "", "errors": []}), None)
+    assert not mute.ok and "bus bandwidth" in mute.error
+    assert pair_result(group, _played(None, "unreachable"), None).error == "a1 unreachable"
+    assert "no test result" in pair_result(group, _played(None, "failed"), None).error

@@ -1,0 +1,139 @@
+"""The triage runbook end to end on a real Prefect server, real ansible-runner and the
+simulated cluster: the outcome is checked (which node, which checkpoint, the report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId, ArtifactFilterKey
+from support.waits import wait_finished, wait_step
+
+from trainmedic.adapters import checkpoints
+from trainmedic.core.models import JobSpec, JobState, NodeState
+
+pytestmark = pytest.mark.server
+
+
+def failed_job(sim, fault: str, *, gpu: int = 2, name: str = "pretrain"):  # type: ignore[no-untyped-def]
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name=name, nodes=3, steps=100_000, checkpoint_every=20))
+    wait_step(job, 65)
+    cluster.inject(job.nodes[1], fault, gpu=gpu)
+    return wait_finished(scheduler, job.job_id)
+
+
+def report(result) -> str:  # type: ignore[no-untyped-def]
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                id=ArtifactFilterId(any_=[result.report_id]),
+                key=ArtifactFilterKey(any_=[result.report_key]),
+            )
+        )
+    assert found, f"no artifact {result.report_key}"
+    return str(found[0].data)
+
+
+def test_xid79_drains_origin_and_restarts_from_newest_valid_checkpoint(prefect_server, sim) -> None:
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = failed_job(sim, "xid79")
+    origin = job.nodes[1]
+    assert job.state is JobState.FAILED
+    found = [c for c in checkpoints.scan(Path(job.checkpoint_dir)) if c.valid]
+    # The newest checkpoint is truncated (written while the node died): it must be skipped.
+    newest = Path(found[-1].path)
+    shard = next(p for p in newest.iterdir() if p.name != checkpoints.MANIFEST)
+    shard.write_bytes(shard.read_bytes()[:100])
+
+    result = triage(TriageRequest(job_id=job.job_id, event="job.failed"))
+
+    assert result.category == "GPUFallenOff"
+    assert origin in (result.root_cause_host or "")
+    assert result.drained == [origin]
+    assert result.checkpoint_step == found[-2].step
+    new = scheduler.job(result.new_job_id)
+    assert new.resubmission_of == job.job_id
+    assert new.spec.resume_from_step == found[-2].step
+    assert origin not in new.nodes and origin in new.spec.exclude
+    assert new.state is JobState.RUNNING
+    drained = {n.name: n for n in scheduler.nodes()}[origin]
+    assert drained.state is NodeState.DRAINED and "triage" in drained.reason
+    assert "GPUFallenOff" in drained.reason and job.job_id in drained.reason
+
+    text = report(result)
+    assert "**GPUFallenOff**" in text
+    assert f"step {found[-2].step}" in text
+    assert f"new job **{new.job_id}**" in text
+    assert "fallen off the bus" in text or "unspecified launch failure" in text
+    assert f"| drain | {origin} |" in text
+
+    # Replayed: no second drain, no second resubmission.
+    again = triage(TriageRequest(job_id=job.job_id, event="job.failed"))
+    assert again.new_job_id == new.job_id
+    assert again.drained == []
+    assert len([j for j in scheduler.jobs() if j.resubmission_of == job.job_id]) == 1
+
+
+def test_dry_run_changes_nothing(prefect_server, sim) -> None:
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = failed_job(sim, "ecc", name="dry")
+    before = len(scheduler.jobs())
+    result = triage(TriageRequest(job_id=job.job_id, dry_run=True))
+    assert result.category == "ECCError"
+    assert result.new_job_id is None and result.drained == []
+    assert len(scheduler.jobs()) == before
+    assert all(n.state is not NodeState.DRAINED for n in scheduler.nodes())
+    assert "DRY RUN" in report(result)
+
+
+def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) -> None:
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="buggy", nodes=2, steps=100_000, owner="alice"))
+    wait_step(job, 5)
+    scheduler.inject_job_fault(job.job_id, "script")
+    wait_finished(scheduler, job.job_id)
+    result = triage(TriageRequest(job_id=job.job_id))
+    assert result.category == "ScriptError"
+    assert result.new_job_id is None
+    text = report(result)
+    assert "notify owner | alice" in text and "KeyError" in text
+
+
+def test_node_failure_without_proven_origin_is_located_by_pair_tests(prefect_server, sim) -> None:
+    """A node that dies leaves no error of its own: the pair test must find it."""
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = failed_job(sim, "down", name="lost")
+    dead = job.nodes[1]
+    assert job.state is JobState.NODE_FAIL
+    result = triage(TriageRequest(job_id=job.job_id, event="job.node_fail"))
+    assert result.category == "NodeFailure"
+    assert result.drained == [dead]
+    new = scheduler.job(result.new_job_id)
+    assert dead not in new.nodes and dead in new.spec.exclude
+    text = report(result)
+    assert "| pair test |" in text and f"faulty ['{dead}']" in text
+
+
+def test_job_that_never_saved_starts_over(prefect_server, sim) -> None:
+    from flows.triage import TriageRequest, triage
+
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name="young", nodes=2, steps=100_000, checkpoint_every=500))
+    wait_step(job, 5)
+    cluster.inject(job.nodes[0], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    result = triage(TriageRequest(job_id=failed.job_id))
+    assert result.checkpoint_step is None
+    new = scheduler.job(result.new_job_id)
+    assert new.spec.resume_from_step is None and failed.nodes[0] not in new.nodes
+    assert "restarted from the beginning" in report(result)

@@ -1,0 +1,2 @@
+"""Test support shared by every tier and by bench/: one embedded-stack fixture, ports,
+pollers that wait for a condition (never a bare sleep) and model builders."""

@@ -1,0 +1,218 @@
+"""Multi-rank scenarios: the root cause, not the first or most frequent error."""
+
+from __future__ import annotations
+
+from trainmedic.core.models import GpuTelemetry
+from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
+from trainmedic.diagnosis.sources import host_and_rank_from_name
+
+NORMAL = [
+    f"[2026-12-02 14:0{i // 60}:{i % 60:02d}] iteration {i}/400 | lm loss: {3.0 - i / 200:.3E} | "
+    f"grad norm: 0.812 | elapsed time per iteration (ms): 812.3"
+    for i in range(1, 120)
+]
+
+
+def timeout(rank: int) -> str:
+    return (
+        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1048576, "
+        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+    )
+
+
+def job(faulty: dict[str, list[str]], healthy_hosts: list[str]) -> list[LogSource]:
+    sources = [
+        LogSource.from_lines(f"rank-{r:05d}.{host}.err", [*NORMAL, timeout(r)])
+        for r, host in enumerate(healthy_hosts)
+    ]
+    sources += [LogSource.from_lines(name, lines) for name, lines in faulty.items()]
+    return sources
+
+
+def test_ecc_on_one_rank_beats_timeouts_everywhere() -> None:
+    sources = job(
+        {
+            "node007-dmesg.log": [
+                "NVRM: Xid (PCI:0000:3b:00): 48, pid=4242, An uncorrectable double bit error "
+                "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0."
+            ],
+            "rank-00007.node007.err": [
+                *NORMAL,
+                "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+            ],
+        },
+        ["node000", "node001", "node002", "node003", "node004", "node005", "node006"],
+    )
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.ECCError
+    assert diagnosis.root_cause_host is not None
+    assert "node007" in diagnosis.root_cause_host
+    assert suspect_hosts(diagnosis) == ["node007"]
+    assert diagnosis.confidence >= 0.8
+
+
+def test_xid79_and_nvlink_scenarios_from_the_simulator() -> None:
+    fallen = job(
+        {
+            "node003-dmesg.log": [
+                "NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, "
+                "GPU has fallen off the bus."
+            ],
+            "rank-00003.node003.err": [
+                *NORMAL,
+                "RuntimeError: CUDA error: unspecified launch failure",
+            ],
+        },
+        ["node000", "node001", "node002"],
+    )
+    diagnosis = diagnose(fallen)
+    assert diagnosis.category is Category.GPUFallenOff
+    assert "node003" in (diagnosis.root_cause_host or "")
+    nvlink = job(
+        {
+            "node001-dmesg.log": [
+                "NVRM: Xid (PCI:0000:3b:00): 74, pid=99, NVLink: fatal error detected on link 3"
+            ],
+            "rank-00001.node001.err": [
+                *NORMAL,
+                "node001:77:77 [0] NCCL WARN Cuda failure "
+                "'an illegal memory access was encountered'",
+            ],
+        },
+        ["node000", "node002"],
+    )
+    diagnosis = diagnose(nvlink)
+    assert diagnosis.category is Category.NVLinkError
+    assert "node001" in (diagnosis.root_cause_host or "")
+
+
+def test_telemetry_names_the_origin_when_logs_show_only_timeouts() -> None:
+    sources = job({}, ["node000", "node001", "node002", "node003"])
+    assert diagnose(sources).category is Category.NCCLTimeout
+    telemetry = [
+        GpuTelemetry(host="node000", gpu=0, temperature_c=60),
+        GpuTelemetry(host="node002", gpu=3, temperature_c=61, xid_last=79),
+    ]
+    diagnosis = diagnose(job({}, ["node000", "node001", "node002", "node003"]), telemetry=telemetry)
+    assert diagnosis.category is Category.GPUFallenOff
+    assert diagnosis.root_cause_host == "node002 GPU 3"
+    assert diagnosis.source == "telemetry"
+    hot = [GpuTelemetry(host="node001", gpu=2, temperature_c=95)]
+    diagnosis = diagnose(job({}, ["node000", "node001", "node002"]), telemetry=hot)
+    assert diagnosis.category is Category.NCCLTimeout
+    assert "node001" in (diagnosis.root_cause_host or "")
+
+
+def test_many_timeouts_do_not_invent_an_origin_but_one_does() -> None:
+    diagnosis = diagnose(job({}, ["node000", "node001", "node002"]))
+    assert diagnosis.root_cause_host is None
+    single = diagnose([LogSource.from_lines("x.log", [*NORMAL, timeout(5)])])
+    assert single.root_cause_host == "rank 5"
+
+
+def test_hang_from_heartbeat_age() -> None:
+    sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
+    assert diagnose(sources, heartbeat_age_s=30).category is Category.Unknown
+    sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
+    diagnosis = diagnose(sources, heartbeat_age_s=1800, hang_after_s=600)
+    assert diagnosis.category is Category.Hang
+    assert 0.4 <= diagnosis.confidence <= 0.8
+
+
+def test_exit_137_is_host_oom_and_139_segfault() -> None:
+    sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
+    assert diagnose(sources, exit_code=137).category is Category.HostOOM
+    sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
+    assert diagnose(sources, exit_code=139).category is Category.CUDAError
+    dataloader = [
+        LogSource.from_lines(
+            "r.log",
+            ["RuntimeError: DataLoader worker (pid 624) is killed by signal: Segmentation fault."],
+        )
+    ]
+    assert diagnose(dataloader, exit_code=139).category is Category.DataloaderKilled
+
+
+def test_empty_logs_are_unknown() -> None:
+    diagnosis = diagnose([LogSource.from_text("empty.log", "")])
+    assert diagnosis.category is Category.Unknown
+    assert diagnosis.evidence == ()
+    assert diagnose([]).category is Category.Unknown
+
+
+def test_timestamps_order_causes_across_files() -> None:
+    later = LogSource.from_lines(
+        "node001.log",
+        ["[2026-12-02 14:05:00] RuntimeError: CUDA error: unspecified launch failure"],
+    )
+    earlier = LogSource.from_lines(
+        "node002.log",
+        [
+            "[2026-12-02 14:01:00] RuntimeError: CUDA error: "
+            "an illegal memory access was encountered"
+        ],
+    )
+    diagnosis = diagnose([later, earlier])
+    assert diagnosis.category is Category.CUDAError
+    assert diagnosis.root_cause_host is not None
+    assert diagnosis.root_cause_host.startswith("node002")
+
+
+def test_loss_spike_and_nan_from_curves() -> None:
+    rising = [
+        f"iteration {i} | lm loss: {2.0 + (5.0 if i > 80 else 0.0):.4E} |" for i in range(100)
+    ]
+    assert diagnose([LogSource.from_lines("a.log", rising)]).category is Category.LossSpike
+    recovered = [f"{{'loss': {9.0 if i == 50 else 2.0}, 'epoch': {i}}}" for i in range(100)]
+    assert diagnose([LogSource.from_lines("b.log", recovered)]).category is Category.Unknown
+    nan = [*NORMAL, "iteration 121/400 | lm loss: nan | grad norm: nan |"]
+    assert diagnose([LogSource.from_lines("c.log", nan)]).category is Category.NaNLoss
+
+
+def test_host_and_rank_from_file_names() -> None:
+    assert host_and_rank_from_name("node007.log") == ("node007", None)
+    assert host_and_rank_from_name("/x/rank-00003.node002.err") == ("node002", 3)
+    assert host_and_rank_from_name("node002-dmesg.log") == ("node002", None)
+    assert host_and_rank_from_name("slurm-4242.out") == (None, None)
+    assert host_and_rank_from_name("rank3.log") == (None, 3)
+
+
+def test_line_prefix_hosts() -> None:
+    sources = [
+        LogSource.from_lines(
+            "job.log",
+            [
+                "node004:27907:27907 [1] transport/net_ib.cu:788 NCCL WARN NET/IB : "
+                "Got completion with error 12"
+            ],
+        )
+    ]
+    assert diagnose(sources).root_cause_host == "node004 GPU 1"
+
+
+def test_large_stream_is_bounded_and_finds_the_error() -> None:
+    lines = (NORMAL[i % len(NORMAL)] for i in range(60_000))
+    tail = ["NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."]
+    source = LogSource.from_lines("node009.log", [*lines, *tail])
+    diagnosis = diagnose([source])
+    assert diagnosis.category is Category.GPUFallenOff
+    assert diagnosis.evidence[0].line == 60_001
+
+
+def test_witness_lines_and_paths_do_not_name_an_origin() -> None:
+    """slurmstepd's "DUE TO NODE FAILURE" comes from a surviving node, and a path that
+    happens to contain "node_fail" is no evidence at all."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    lines = [
+        "[2026-12-02 15:10:25,092] saved checkpoint at iteration 40 to "
+        "/tmp/test_node_failure_x/ckpt/iter_0000040",
+        "slurmstepd: error: *** STEP 1001.0 ON node001 CANCELLED AT 2026-12-02T15:10:26 DUE TO "
+        "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("rank-00000.node001.err", lines)])
+    assert diagnosis.category == "NodeFailure"
+    assert diagnosis.root_cause_host is None
+    assert [e.signature for e in diagnosis.evidence] == ["slurm-step-node-failure"]

@@ -1,0 +1,100 @@
+"""Every catalogue signature: compiles, converts to ERE, matches and classifies its examples."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from trainmedic.core.errors import ConfigError
+from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis import LogSource, Role, diagnose, load_catalogue
+from trainmedic.diagnosis.catalogue import parse_catalogue, python_regex_to_ere
+
+CATALOGUE = load_catalogue()
+SIGNATURES = CATALOGUE.signatures
+EXAMPLES = [(s, e) for s in SIGNATURES for e in s.examples]
+
+
+def test_catalogue_is_not_trivial() -> None:
+    assert len(SIGNATURES) >= 30
+    covered = {s.category for s in SIGNATURES if s.role is not Role.context}
+    derived = {Category.LossSpike, Category.Hang, Category.Unknown}  # not line signatures
+    assert covered == set(Category) - derived
+
+
+@pytest.mark.parametrize("signature", SIGNATURES, ids=lambda s: s.id)
+def test_signature_has_examples(signature) -> None:
+    assert signature.examples, f"{signature.id} needs at least one example"
+
+
+@pytest.mark.parametrize(("signature", "example"), EXAMPLES, ids=lambda v: getattr(v, "id", "ex"))
+def test_example_matches_and_passes_prefilter(signature, example: str) -> None:
+    assert signature.regex.search(example), f"{signature.id} does not match {example!r}"
+    assert CATALOGUE.passes_prefilter(example), f"no prefilter anchor for {example!r}"
+
+
+@pytest.mark.parametrize(("signature", "example"), EXAMPLES, ids=lambda v: getattr(v, "id", "ex"))
+def test_example_classifies_to_its_category(signature, example: str) -> None:
+    diagnosis = diagnose([LogSource.from_text("example.log", example)])
+    assert diagnosis.category is signature.category
+    assert any(e.signature == signature.id for e in diagnosis.evidence)
+
+
+def test_ordinary_training_lines_pass_no_anchor() -> None:
+    ordinary = [
+        "[2026-12-02 14:01:02] iteration 120/400 | lm loss: 2.314E+00 | grad norm: 0.812 | "
+        "elapsed time per iteration (ms): 812.3",
+        " iteration    11446/  159576 | consumed samples:      1255856 | elapsed time per "
+        "iteration (ms): 80367.0 | learning rate: 3.000E-05 | global batch size:   432 | "
+        "lm loss: 3.062589E+00 | loss scale: 65536.0 | grad norm: 12952.562 | num zeros: 0.0 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "{'loss': 3.5534, 'grad_norm': 1.4142135381698608, 'learning_rate': 2.04e-06, "
+        "'epoch': 0.01}",
+        "[default0]:  1%|          | 10/1752 [00:29<1:22:01,  2.83s/it]",
+        "node001:1234:1234 [0] NCCL INFO Channel 00/02 :    0   1",
+    ]
+    for line in ordinary:
+        assert not CATALOGUE.passes_prefilter(line), line
+
+
+@pytest.mark.parametrize("signature", SIGNATURES, ids=lambda s: s.id)
+def test_ere_translation_is_valid_for_grep(signature) -> None:
+    ere = signature.grep_pattern
+    assert "(?" not in ere
+    grep = shutil.which("grep")
+    if grep is None:
+        pytest.skip("no grep")
+    sample = "\n".join(signature.examples) + "\n"
+    result = subprocess.run(
+        [grep, "-c", "-E", ere], input=sample, capture_output=True, text=True, check=False
+    )
+    assert result.returncode in (0, 1), result.stderr
+    # The ERE is a superset of the Python regex: every example matches it too.
+    assert int(result.stdout.strip() or 0) == len(signature.examples), ere
+
+
+def test_ere_translation_rules() -> None:
+    assert python_regex_to_ere(r"(?P<x>\d+)(?:a|b)") == "([0-9]+)(a|b)"
+    assert python_regex_to_ere(r"(?i)ab") == "[Aa][Bb]"
+    assert python_regex_to_ere(r"x(?<!y)z(?=q)") == "xz"
+
+
+def test_bad_catalogue_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="bad regex"):
+        parse_catalogue(
+            '[prefilter]\nanchors=["x"]\n[[signature]]\nid="a"\ncategory="ECCError"\nregex="("\n'
+        )
+    with pytest.raises(ConfigError):
+        parse_catalogue(
+            '[prefilter]\nanchors=["x"]\n[[signature]]\nid="a"\ncategory="Nope"\nregex="x"\n'
+        )
+
+
+def test_regexes_compile_without_catastrophic_backtracking() -> None:
+    nasty = "a" * 20_000 + " error " + "(" * 5_000
+    for signature in SIGNATURES:
+        assert isinstance(signature.regex, re.Pattern)
+        signature.regex.search(nasty)  # must return promptly (pytest-timeout guards)

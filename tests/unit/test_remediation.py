@@ -1,0 +1,112 @@
+from support.builders import job_info
+
+from trainmedic.core.models import Diagnosis, Evidence, JobInfo
+from trainmedic.core.taxonomy import Action, Category, layer_of, remediation_for
+from trainmedic.decisions.attempts import attempts_so_far
+from trainmedic.decisions.remediation import origin_node, plan_remediation
+
+
+def job(job_id: str = "1001", nodes=("node001", "node002", "node003"), prev=None) -> JobInfo:
+    return job_info(job_id, nodes=nodes, resubmission_of=prev)
+
+
+def diagnosis(category: Category, host: str | None = None, *evidence_hosts: str) -> Diagnosis:
+    """A diagnosis whose winning evidence sits on ``evidence_hosts`` (default: the node named
+    first in ``host``), as the diagnosis engine reports it."""
+    hosts = evidence_hosts or ((host.split()[0],) if host and host.startswith("node") else ())
+    evidence = tuple(
+        Evidence(file=f"{h}.err", line=1, text="x", signature="s", host=h, category=category)
+        for h in hosts
+    )
+    return Diagnosis(
+        category=category,
+        layer=layer_of(category),
+        root_cause_host=host,
+        confidence=0.9,
+        remediation=remediation_for(category),
+        evidence=evidence,
+    )
+
+
+def test_origin_node_from_hostname_or_rank() -> None:
+    assert origin_node(diagnosis(Category.ECCError, "node002"), job()) == "node002"
+    assert origin_node(diagnosis(Category.ECCError, "node002 GPU 1"), job()) == "node002"
+    assert origin_node(diagnosis(Category.NCCLTimeout, "rank 9"), job()) == "node003"
+    assert origin_node(diagnosis(Category.ECCError, "node999"), job()) is None
+    assert origin_node(diagnosis(Category.ECCError, "GPU 0000:3b:00.0"), job()) is None
+    # Several of the job's nodes behind the winning evidence: no single origin, pair-test.
+    several = diagnosis(Category.NodeFailure, "node001, node002", "node001", "node002")
+    assert origin_node(several, job()) is None
+    assert plan_remediation(several, job()).locate
+    assert origin_node(diagnosis(Category.ECCError, None), job()) is None
+
+
+def test_hardware_fault_with_origin_drains_and_restarts_elsewhere() -> None:
+    plan = plan_remediation(diagnosis(Category.GPUFallenOff, "node003"), job())
+    assert plan.drain == ("node003",)
+    assert plan.exclude == ("node003",)
+    assert plan.restart and not plan.locate
+
+
+def test_fabric_fault_without_origin_asks_for_pair_test() -> None:
+    plan = plan_remediation(diagnosis(Category.NCCLTimeout), job())
+    assert plan.locate and plan.drain == () and plan.restart
+
+
+def test_script_error_is_never_retried() -> None:
+    plan = plan_remediation(diagnosis(Category.ScriptError), job())
+    assert not plan.restart and plan.notify_owner and plan.drain == ()
+
+
+def test_dataloader_killed_restarts_with_num_workers_zero_and_gc() -> None:
+    plan = plan_remediation(diagnosis(Category.DataloaderKilled), job())
+    assert plan.restart
+    assert plan.spec_changes == {"num_workers": 0, "gc_interval": 50}
+
+
+def test_retry_budget_pages_instead_of_requeuing() -> None:
+    history = [job("1"), job("2", prev="1"), job("3", prev="2"), job("4", prev="3")]
+    assert attempts_so_far(history[-1], history) == 3
+    plan = plan_remediation(
+        diagnosis(Category.GPUFallenOff, "node001"), history[-1], attempts=3, retry_budget=3
+    )
+    assert not plan.restart and plan.page_oncall
+    assert any("budget" in r for r in plan.reasons)
+
+
+def test_already_drained_job_nodes_are_excluded() -> None:
+    plan = plan_remediation(diagnosis(Category.StorageError), job(), drained=["node002", "node9"])
+    assert plan.exclude == ("node002",)
+
+
+def test_every_category_has_a_layer_and_remediation() -> None:
+    for category in Category:
+        assert layer_of(category)
+        assert remediation_for(category).summary
+    assert remediation_for(Category.ScriptError).action is Action.notify_owner
+
+
+def test_crash_loop_stops_and_pages() -> None:
+    from trainmedic.decisions.attempts import same_failure_streak
+
+    history = [job("1"), job("2", prev="1"), job("3", prev="2")]
+    categories = {"1": "NCCLTimeout", "2": "NCCLTimeout", "3": "NCCLTimeout"}
+    streak = same_failure_streak(history[-1], history, categories)
+    assert streak == 3
+    assert same_failure_streak(history[-1], history, {**categories, "2": "ECCError"}) == 1
+    plan = plan_remediation(
+        diagnosis(Category.NCCLTimeout),
+        history[-1],
+        attempts=2,
+        same_failure_streak=streak,
+        crash_loop_after=3,
+    )
+    assert not plan.restart and plan.page_oncall
+    assert any("crash loop" in r for r in plan.reasons)
+
+
+def test_llm_suggestion_waits_for_a_human() -> None:
+    suggested = diagnosis(Category.StorageError).model_copy(update={"source": "llm"})
+    plan = plan_remediation(suggested, job())
+    assert not plan.restart and not plan.drain and plan.page_oncall
+    assert any("LLM" in r for r in plan.reasons)

@@ -1,0 +1,56 @@
+"""The scheduler interface every runbook talks to.
+
+Implementations must make drain/resume idempotent: draining a drained node with the same
+reason is a no-op that returns False (nothing changed), so a replayed runbook is harmless.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from trainmedic.core.models import JobInfo, JobSpec, NodeInfo
+
+
+class Scheduler(ABC):
+    name: str
+
+    @abstractmethod
+    def submit(self, spec: JobSpec, *, resubmission_of: str | None = None) -> JobInfo:
+        """Submit a job; returns at once with its id (state PENDING or RUNNING)."""
+
+    @abstractmethod
+    def job(self, job_id: str) -> JobInfo:
+        """Current state of one job. Raises JobNotFound."""
+
+    @abstractmethod
+    def jobs(self) -> list[JobInfo]:
+        """All jobs the scheduler still knows, oldest first."""
+
+    @abstractmethod
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """Stop a job. Returns False if it had already finished."""
+
+    @abstractmethod
+    def nodes(self) -> list[NodeInfo]:
+        """Every node with its state."""
+
+    @abstractmethod
+    def drain(self, node: str, reason: str) -> bool:
+        """Drain a node (no new jobs). Returns False if it was already drained."""
+
+    @abstractmethod
+    def resume(self, node: str) -> bool:
+        """Return a drained node to service. Returns False if it was not drained."""
+
+    @abstractmethod
+    def request_checkpoint(self, job_id: str) -> bool:
+        """Ask a running job to save a checkpoint now (the framework's save signal).
+        Returns False if the job is not running."""
+
+    def resubmit(self, job_id: str, **changes: object) -> JobInfo:
+        """Resubmit ``job_id`` with its spec updated by ``changes`` (resume step, excludes...)."""
+        previous = self.job(job_id)
+        spec = previous.spec.model_copy(
+            update={"checkpoint_dir": previous.checkpoint_dir, **changes}
+        )
+        return self.submit(JobSpec.model_validate(spec.model_dump()), resubmission_of=job_id)

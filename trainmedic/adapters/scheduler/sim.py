@@ -1,0 +1,300 @@
+"""The simulated scheduler: Slurm's semantics (allocate, drain with reason, exclude, NODE_FAIL)
+over the simulated cluster, with jobs that are real processes running the simulated trainer.
+
+State lives in ``<sim_home>/scheduler.json`` under a file lock, so the CLI, the intake and
+every flow-run process see one scheduler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trainmedic.adapters.scheduler.base import Scheduler
+from trainmedic.core import validate
+from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
+from trainmedic.core.files import locked, read_json, write_json_atomic
+from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodeState
+from trainmedic.sim.cluster import NodeFault, SimCluster
+
+JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")
+DATA_FAULTS = ("spike", "nan")
+
+
+def check_reason(reason: str) -> str:
+    if not reason.strip():
+        raise InputError("reason", reason, "a drain or cancel needs a reason")
+    return validate.safe_text(reason, "reason")
+
+
+class SimScheduler(Scheduler):
+    name = "sim"
+
+    def __init__(self, sim_home: Path) -> None:
+        self.home = Path(sim_home)
+        self.cluster = SimCluster(self.home)
+        self.state_path = self.home / "scheduler.json"
+        self.lock_path = self.home / "scheduler.lock"
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ state
+
+    def _load(self) -> dict[str, Any]:
+        if not self.cluster.exists:
+            raise SchedulerError(
+                f"no simulated cluster under {self.home}: run `trainmedic sim create` first"
+            )
+        state = read_json(self.state_path) or {"next_id": 1001, "jobs": {}, "drained": {}}
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        write_json_atomic(self.state_path, state)
+
+    def _alive(self, pid: int) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    def _refresh(self, state: dict[str, Any]) -> None:
+        for record in state["jobs"].values():
+            if record["state"] != JobState.RUNNING:
+                continue
+            exit_info = read_json(Path(record["job_dir"]) / "exit.json")
+            if exit_info is not None:
+                record.update(
+                    state=exit_info["state"],
+                    exit_code=exit_info["exit_code"],
+                    reason=exit_info.get("reason", ""),
+                    ended_at=exit_info["time"],
+                )
+            elif not self._alive(record["pid"]):
+                record.update(
+                    state=JobState.FAILED,
+                    exit_code=None,
+                    ended_at=time.time(),
+                    reason="job process vanished without an exit record",
+                )
+        for record in sorted(state["jobs"].values(), key=lambda r: int(r["job_id"])):
+            if record["state"] == JobState.PENDING:
+                self._try_start(state, record)
+
+    def _busy_nodes(self, state: dict[str, Any]) -> set[str]:
+        return {
+            n for r in state["jobs"].values() if r["state"] == JobState.RUNNING for n in r["nodes"]
+        }
+
+    def _try_start(self, state: dict[str, Any], record: dict[str, Any]) -> None:
+        spec = JobSpec.model_validate(record["spec"])
+        unavailable = self._busy_nodes(state) | set(state["drained"]) | set(spec.exclude)
+        free = [
+            s.name
+            for s in self.cluster.statuses()
+            if s.name not in unavailable and s.fault is not NodeFault.down
+        ]
+        if len(free) < spec.nodes:
+            record["reason"] = f"Resources: needs {spec.nodes} nodes, {len(free)} available"
+            return
+        nodes = free[: spec.nodes]
+        job_dir = Path(record["job_dir"])
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "spec.json").write_text(spec.model_dump_json(indent=1))
+        argv = [
+            sys.executable,
+            "-m",
+            "trainmedic.sim.job",
+            "--job-dir",
+            str(job_dir),
+            "--checkpoint-dir",
+            record["checkpoint_dir"],
+            "--nodes",
+            ",".join(nodes),
+            "--nodes-dir",
+            str(self.cluster.nodes_dir),
+            "--data-faults",
+            str(self.home / "data" / f"{spec.name}.json"),
+        ]
+        with (job_dir / "slurm.out").open("ab") as out:
+            child = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._children[child.pid] = child
+        record.update(
+            state=JobState.RUNNING, nodes=nodes, pid=child.pid, reason="", started_at=time.time()
+        )
+
+    def _info(self, record: dict[str, Any]) -> JobInfo:
+        job_dir = Path(record["job_dir"])
+        ended = record.get("ended_at")
+        return JobInfo(
+            job_id=record["job_id"],
+            name=record["spec"]["name"],
+            state=JobState(record["state"]),
+            nodes=tuple(record["nodes"]),
+            exit_code=record.get("exit_code"),
+            reason=record.get("reason", ""),
+            log_dir=str(job_dir / "logs"),
+            checkpoint_dir=record["checkpoint_dir"],
+            heartbeat_path=str(job_dir / "heartbeat"),
+            spec=JobSpec.model_validate(record["spec"]),
+            submitted_at=datetime.fromtimestamp(record["submitted_at"], UTC),
+            ended_at=datetime.fromtimestamp(ended, UTC) if ended else None,
+            resubmission_of=record.get("resubmission_of"),
+        )
+
+    # ------------------------------------------------------------------ interface
+
+    def submit(self, spec: JobSpec, *, resubmission_of: str | None = None) -> JobInfo:
+        for node in spec.exclude:
+            self.cluster.check_node(node, "exclude")
+        with locked(self.lock_path):
+            state = self._load()
+            job_id = str(state["next_id"])
+            state["next_id"] += 1
+            checkpoint_dir = spec.checkpoint_dir or str(self.home / "checkpoints" / spec.name)
+            spec = spec.model_copy(update={"checkpoint_dir": checkpoint_dir})
+            record = {
+                "job_id": job_id,
+                "spec": spec.model_dump(mode="json"),
+                "state": JobState.PENDING,
+                "nodes": [],
+                "pid": None,
+                "exit_code": None,
+                "reason": "",
+                "job_dir": str(self.home / "jobs" / job_id),
+                "checkpoint_dir": checkpoint_dir,
+                "submitted_at": time.time(),
+                "resubmission_of": resubmission_of,
+            }
+            state["jobs"][job_id] = record
+            self._refresh(state)
+            self._save(state)
+            return self._info(record)
+
+    def job(self, job_id: str) -> JobInfo:
+        job_id = validate.job_id(job_id)
+        with locked(self.lock_path):
+            state = self._load()
+            self._refresh(state)
+            self._save(state)
+            if job_id not in state["jobs"]:
+                raise JobNotFound(f"job_id={job_id!r}: no such job in the simulated scheduler")
+            return self._info(state["jobs"][job_id])
+
+    def jobs(self) -> list[JobInfo]:
+        with locked(self.lock_path):
+            state = self._load()
+            self._refresh(state)
+            self._save(state)
+            records = sorted(state["jobs"].values(), key=lambda r: int(r["job_id"]))
+            return [self._info(r) for r in records]
+
+    def cancel(self, job_id: str, reason: str) -> bool:
+        check_reason(reason)
+        info = self.job(job_id)
+        if info.state.finished:
+            return False
+        with locked(self.lock_path):
+            state = self._load()
+            record = state["jobs"][info.job_id]
+            if record["state"] == JobState.PENDING:
+                record.update(state=JobState.CANCELLED, reason=reason, ended_at=time.time())
+                self._save(state)
+                return True
+            pid = record["pid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while self._alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        with locked(self.lock_path):
+            state = self._load()
+            record = state["jobs"][info.job_id]
+            self._refresh(state)
+            record.update(state=JobState.CANCELLED, reason=reason)
+            record.setdefault("ended_at", time.time())
+            self._save(state)
+        return True
+
+    def nodes(self) -> list[NodeInfo]:
+        with locked(self.lock_path):
+            state = self._load()
+            self._refresh(state)
+            busy = self._busy_nodes(state)
+            result = []
+            for status in self.cluster.statuses():
+                if status.name in state["drained"]:
+                    node_state, reason = NodeState.DRAINED, state["drained"][status.name]
+                elif status.fault is NodeFault.down:
+                    node_state, reason = NodeState.DOWN, "Not responding"
+                elif status.name in busy:
+                    node_state, reason = NodeState.ALLOCATED, ""
+                else:
+                    node_state, reason = NodeState.IDLE, ""
+                result.append(NodeInfo(name=status.name, state=node_state, reason=reason))
+            return result
+
+    def drain(self, node: str, reason: str) -> bool:
+        self.cluster.check_node(node)
+        check_reason(reason)
+        with locked(self.lock_path):
+            state = self._load()
+            if node in state["drained"]:
+                return False
+            state["drained"][node] = reason
+            self._save(state)
+            return True
+
+    def resume(self, node: str) -> bool:
+        self.cluster.check_node(node)
+        with locked(self.lock_path):
+            state = self._load()
+            if node not in state["drained"]:
+                return False
+            del state["drained"][node]
+            self._refresh(state)
+            self._save(state)
+            return True
+
+    def request_checkpoint(self, job_id: str) -> bool:
+        info = self.job(job_id)
+        if info.state.finished:
+            return False
+        # The simulated trainer polls for this file each step, as a real one handles SIGUSR1.
+        (Path(info.log_dir).parent / "save_request").touch()
+        return True
+
+    # ------------------------------------------------------------------ simulation only
+
+    def inject_job_fault(self, job_id: str, kind: str, *, batch: int | None = None) -> None:
+        """Make a running job misbehave (hang, script bug...) or poison a data batch."""
+        info = self.job(job_id)
+        if kind in DATA_FAULTS:
+            if batch is None or batch < 1:
+                raise InputError("batch", batch, f"fault {kind!r} needs the data batch (>= 1)")
+            write_json_atomic(
+                self.home / "data" / f"{info.name}.json", {"kind": kind, "batch": batch}
+            )
+            return
+        if kind not in JOB_FAULTS:
+            raise InputError("fault", kind, f"one of {', '.join(JOB_FAULTS + DATA_FAULTS)}")
+        write_json_atomic(Path(info.log_dir).parent / "fault.json", {"kind": kind})

@@ -1,0 +1,1 @@
+"""The on-call command line: one module per command group (see main.py)."""

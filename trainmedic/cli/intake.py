@@ -1,0 +1,70 @@
+"""``trainmedic watch | emit``: the intake (scheduler failures → events) and what a framework
+sends."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from trainmedic.cli.common import AddCommand
+from trainmedic.core.settings import get_settings
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from trainmedic.stack import apply_prefect_env
+
+    settings = get_settings()
+    apply_prefect_env(settings)
+    from trainmedic.adapters.events import emit
+    from trainmedic.adapters.intake import Intake
+    from trainmedic.adapters.scheduler import get_scheduler
+
+    intake = Intake(get_scheduler(settings), settings.home, emit, backfill=args.backfill)
+    while True:
+        for event in intake.poll():
+            print(f"{event.kind} job {event.job_id} ({event.reason or 'no reason'})", flush=True)
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from trainmedic.stack import apply_prefect_env
+
+    apply_prefect_env(get_settings())
+    from trainmedic.adapters.events import emit
+    from trainmedic.core.models import JobEvent
+    from trainmedic.core.validate import expand_nodelist
+
+    event = JobEvent(
+        kind=args.kind if args.kind.startswith("job.") else f"job.{args.kind}",
+        job_id=args.job,
+        step=args.step,
+        reason=args.reason,
+        nodes=tuple(expand_nodelist(args.nodes)) if args.nodes else (),
+    )
+    print(emit(event))
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    watch = add("watch", cmd_watch, "intake: report the scheduler's job failures as events")
+    watch.add_argument("--interval", type=float, default=10.0, help="seconds between polls")
+    watch.add_argument("--once", action="store_true", help="one pass, then exit")
+    watch.add_argument(
+        "--backfill",
+        action="store_true",
+        help="also report failures that happened before the first pass",
+    )
+
+    emit_parser = add(
+        "emit",
+        cmd_emit,
+        "send a job event (how a training framework reports "
+        "a loss spike: `trainmedic emit loss_spike --job 1234 --step 5100`)",
+    )
+    emit_parser.add_argument("kind", help="failed|node_fail|timeout|loss_spike|nan_loss|hung")
+    emit_parser.add_argument("--job", required=True)
+    emit_parser.add_argument("--step", type=int)
+    emit_parser.add_argument("--reason", default="")
+    emit_parser.add_argument("--nodes", help="node list, e.g. node[001-004]")

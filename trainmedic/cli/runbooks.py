@@ -1,0 +1,114 @@
+"""``trainmedic triage | restart | restore``: runbooks started through their deployments, so
+they run on the worker and show in the UI; the command follows the run to its end."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from trainmedic.cli.common import AddCommand, print_json, ui_link, with_prefect
+
+
+def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        last = None
+        while True:
+            run = client.read_flow_run(flow_run_id)  # type: ignore[arg-type]
+            state = run.state.name if run.state else "?"
+            if state != last and not quiet:
+                print(f"  {run.name}: {state}", file=sys.stderr)
+                last = state
+            if run.state is not None and run.state.is_final():
+                return run
+            time.sleep(1)
+
+
+def _run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
+    """Start a runbook through its deployment (so it runs on the worker and shows in the UI),
+    show its progress, and return 0 when it completed."""
+    from prefect.deployments import run_deployment
+
+    parameters = {"request": request.model_dump(mode="json")}  # type: ignore[attr-defined]
+    run = run_deployment(deployment, parameters=parameters, timeout=0)
+    print(f"started {run.name}: {ui_link(run.id)}", file=sys.stderr)
+    final = _wait_for_run(run.id, quiet=as_json)
+    state = final.state  # type: ignore[attr-defined]
+    result: object = None
+    if state.is_completed():
+        try:
+            result = state.result()
+        except Exception:  # the result lives with the worker when not persisted
+            result = None
+    summary = {
+        "flow_run_id": str(run.id),
+        "name": run.name,
+        "state": state.name,
+        "url": ui_link(run.id),
+        "result": result.model_dump(mode="json") if hasattr(result, "model_dump") else result,
+        "message": state.message,
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        print(f"{run.name}: {state.name}" + (f" — {state.message}" if state.message else ""))
+    return 0 if state.is_completed() else 1
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    with_prefect()
+    from flows.triage import TriageRequest, triage
+
+    request = TriageRequest(job_id=args.job_id, dry_run=args.dry_run, event="manual")
+    if args.local:
+        result = triage(request)
+        print_json(result.model_dump()) if args.json else print(result)
+        return 0
+    return _run_runbook("triage/triage", request, as_json=args.json)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    with_prefect()
+    from flows.restart import RestartRequest
+
+    request = RestartRequest(
+        job_id=args.job_id, from_checkpoint=args.from_checkpoint, dry_run=args.dry_run
+    )
+    return _run_runbook("restart/restart", request, as_json=args.json)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    with_prefect()
+    from flows.restore import RestoreRequest
+
+    request = RestoreRequest(node=args.node, partner=args.partner, dry_run=args.dry_run)
+    return _run_runbook("restore-node/restore-node", request, as_json=args.json)
+
+
+def register(add: AddCommand) -> None:
+    triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
+    triage.add_argument("job_id")
+    triage.add_argument("--dry-run", action="store_true", help="diagnose and plan only")
+    triage.add_argument(
+        "--local", action="store_true", help="run the flow in this process instead of on the worker"
+    )
+    triage.add_argument("--json", action="store_true")
+
+    restart = add(
+        "restart",
+        cmd_restart,
+        "resubmit a job from its newest valid checkpoint "
+        "(or --from-checkpoint STEP), excluding drained nodes",
+    )
+    restart.add_argument("job_id")
+    restart.add_argument("--from-checkpoint", type=int, metavar="STEP")
+    restart.add_argument("--dry-run", action="store_true")
+    restart.add_argument("--json", action="store_true")
+
+    restore = add("restore", cmd_restore, "return a repaired node after it passes a pair test")
+    restore.add_argument("node")
+    restore.add_argument("--partner", help="known-healthy partner (default: an idle node)")
+    restore.add_argument("--dry-run", action="store_true")
+    restore.add_argument("--json", action="store_true")

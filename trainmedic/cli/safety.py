@@ -1,0 +1,77 @@
+"""``trainmedic breaker | notify``: the circuit breaker and who hears about runbooks."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainmedic.cli.common import AddCommand, print_json, with_prefect
+from trainmedic.core.errors import InputError
+from trainmedic.core.settings import get_settings
+
+
+def cmd_breaker(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from trainmedic.decisions.guard import breaker_state, circuit_breaker
+    from trainmedic.state import ActionEntry, ActionKind, Ledgers
+
+    settings = get_settings()
+    ledger = Ledgers(settings.home).actions
+    if args.reset:
+        ledger.append(
+            ActionEntry(
+                kind=ActionKind.breaker_reset,
+                target="on-call",
+                at=datetime.now(UTC),
+                flow_run="cli",
+            )
+        )
+    state = breaker_state(ledger.read(), datetime.now(UTC), circuit_breaker(settings))
+    if args.json:
+        print_json(state.model_dump())
+    else:
+        print(state.describe())
+    return 0
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    import os
+
+    with_prefect()
+    from trainmedic.adapters.notifications import install
+
+    # The URL usually carries a token: take it from the environment rather than argv (argv
+    # is visible to every user of the host in `ps`).
+    url = os.environ.get("TRAINMEDIC_WEBHOOK_URL") if args.webhook_from_env else None
+    if args.webhook_from_env and not url:
+        raise InputError("TRAINMEDIC_WEBHOOK_URL", "", "is not set")
+    automation = install(block_name=args.block, webhook_url=url)
+    print(f"automation {automation.name} -> block {args.block}")
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    breaker = add("breaker", cmd_breaker, "the circuit breaker in front of destructive actions")
+    breaker.add_argument(
+        "--reset",
+        action="store_true",
+        help="close it again (recorded) after checking what the automation did",
+    )
+    breaker.add_argument("--json", action="store_true")
+
+    notify = add(
+        "notify",
+        cmd_notify,
+        "notify on-call when a runbook fails or waits for "
+        "approval (Prefect automation -> notification block)",
+    )
+    notify.add_argument(
+        "--block",
+        default="trainmedic-oncall",
+        help="notification block to send to (e.g. an existing SlackWebhook)",
+    )
+    notify.add_argument(
+        "--webhook-from-env",
+        action="store_true",
+        help="first save a webhook block with the URL in TRAINMEDIC_WEBHOOK_URL",
+    )

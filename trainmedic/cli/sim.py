@@ -1,0 +1,82 @@
+"""``trainmedic sim ...``: the simulated cluster (hardware faults, jobs)."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainmedic.cli.common import AddCommand, print_json
+from trainmedic.core.settings import get_settings
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from trainmedic.adapters.scheduler.sim import SimScheduler
+    from trainmedic.core.models import JobSpec
+    from trainmedic.sim.cluster import SimCluster
+
+    settings = get_settings()
+    cluster = SimCluster(settings.sim_home)
+    if args.sim_command == "create":
+        hosts = cluster.create(
+            args.nodes, gpus_per_node=args.gpus_per_node, inventory_dir=settings.inventory
+        )
+        (settings.sim_home / "scheduler.json").unlink(missing_ok=True)
+        print(f"created {args.nodes} simulated nodes; inventory {hosts}")
+        return 0
+    if args.sim_command == "inject":
+        status = cluster.inject(args.node, args.fault, gpu=args.gpu)
+        print(f"{status.name}: {status.fault} (GPU {status.gpu})")
+        return 0
+    if args.sim_command == "repair":
+        print(f"{cluster.repair(args.node).name}: healthy")
+        return 0
+    scheduler = SimScheduler(settings.sim_home)
+    if args.sim_command == "submit":
+        job = scheduler.submit(
+            JobSpec(
+                name=args.name,
+                nodes=args.nodes,
+                steps=args.steps,
+                checkpoint_every=args.checkpoint_every,
+            )
+        )
+        print(job.job_id if not args.json else job.model_dump_json(indent=2))
+        return 0
+    if args.sim_command == "job-fault":
+        scheduler.inject_job_fault(args.job_id, args.kind, batch=args.batch)
+        print(f"job {args.job_id}: {args.kind}")
+        return 0
+    statuses = cluster.statuses()
+    nodes = {n.name: n for n in scheduler.nodes()}
+    if args.json:
+        print_json([{**s.model_dump(), "scheduler": nodes[s.name].model_dump()} for s in statuses])
+    else:
+        for s in statuses:
+            n = nodes[s.name]
+            print(f"{s.name}  {s.fault:<9} {n.state:<10} {n.reason}")
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    sim = add("sim", cmd_sim, "the simulated cluster (hardware faults, jobs)")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    create = sim_sub.add_parser("create", help="create N healthy nodes and their inventory")
+    create.add_argument("--nodes", type=int, default=16)
+    create.add_argument("--gpus-per-node", type=int, default=4)
+    inject = sim_sub.add_parser("inject", help="put a node into a fault state")
+    inject.add_argument("node")
+    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat")
+    inject.add_argument("--gpu", type=int, default=0)
+    repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
+    repair.add_argument("node")
+    status = sim_sub.add_parser("status", help="nodes with fault and scheduler state")
+    status.add_argument("--json", action="store_true")
+    submit = sim_sub.add_parser("submit", help="submit a simulated training job")
+    submit.add_argument("--name", default="pretrain")
+    submit.add_argument("--nodes", type=int, default=4)
+    submit.add_argument("--steps", type=int, default=400)
+    submit.add_argument("--checkpoint-every", type=int, default=50)
+    submit.add_argument("--json", action="store_true")
+    fault = sim_sub.add_parser("job-fault", help="make a job hang/crash, or poison a batch")
+    fault.add_argument("job_id")
+    fault.add_argument("kind")
+    fault.add_argument("--batch", type=int)

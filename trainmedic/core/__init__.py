@@ -1,0 +1,1 @@
+"""The shared vocabulary: models, taxonomy, validation, errors, settings, file primitives."""

@@ -1,0 +1,109 @@
+"""Every setting of trainmedic, in one place: read from the environment (prefix
+``TRAINMEDIC_``) or a ``.env`` file. No domain imports: the domain reads its settings here.
+
+The embedded default needs nothing: a local Prefect server on SQLite under ``home``, the
+simulated scheduler and the simulated inventory. Production sets the variables documented in
+the README (scheduler=slurm, a real inventory, PREFECT_API_URL, a PostgreSQL database URL).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, HttpUrl, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINMEDIC_", env_file=".env", extra="ignore")
+
+    home: Path = Field(default=REPO_ROOT / ".trainmedic", description="state directory")
+    scheduler: Literal["sim", "slurm"] = "sim"
+    inventory: Path = Field(default=REPO_ROOT / "inventories" / "sim")
+    playbook_dir: Path = Field(default=REPO_ROOT / "playbooks")
+
+    # Embedded Prefect server (ignored when PREFECT_API_URL points elsewhere).
+    server_host: str = "127.0.0.1"
+    server_port: int = Field(default=4200, ge=1, le=65535)
+    server_auth: SecretStr | None = Field(
+        default=None,
+        description="user:password: basic auth on the Prefect API (server and every client)",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="PREFECT_SERVER_DATABASE_CONNECTION_URL, e.g. "
+        "postgresql+asyncpg://prefect:***@db/prefect; SQLite under home when unset",
+    )
+
+    # The simulated cluster: its DCGM exporter (started by `trainmedic up` on the sim), the
+    # simulated trainer's seconds per step, a pair test's duration, and how long a test
+    # with a lost peer hangs (the real one never finishes).
+    sim_exporter_port: int = Field(default=9400, ge=1, le=65535)
+    sim_step_seconds: float = Field(default=0.05, gt=0, le=3600)
+    sim_test_seconds: float = Field(default=0.5, ge=0, le=3600)
+    sim_hang_seconds: float = Field(default=3600, ge=0, le=86_400)
+
+    # Slurm (scheduler=slurm). The training command is split shell-style once, never run
+    # through a shell; sbatch arguments beyond these come from trusted site configuration.
+    slurm_root: Path | None = Field(default=None, description="job dirs; <home>/slurm if unset")
+    slurm_partition: str | None = None
+    slurm_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    slurm_command: str = Field(default="", description="training command; sim trainer if empty")
+    slurm_gpus: bool = Field(default=False, description="request --gpus-per-node (needs GRES)")
+    slurm_conf: Path | None = Field(
+        default=None, validation_alias=AliasChoices("TRAINMEDIC_SLURM_CONF", "SLURM_CONF")
+    )
+
+    # The optional LLM fallback of the diagnosis (off unless url and model are set). Its key
+    # from the environment or, better, from the Prefect Secret block named here.
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key: SecretStr | None = None
+    llm_api_key_block: str | None = None
+    llm_timeout_s: float = Field(default=20.0, gt=0, le=600)
+
+    # Telemetry (Prometheus text format, DCGM exporter metric names).
+    telemetry_url: HttpUrl | None = None
+    http_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+    # Playbooks.
+    playbook_timeout_s: int = Field(default=600, ge=5, le=86_400)
+    ansible_forks: int = Field(default=16, ge=1, le=512)
+
+    # Isolation policy (trainmedic.decisions.guard.IsolationPolicy): who may be drained unasked.
+    drain_auto_approve_max: int = Field(default=1, ge=0, le=64)
+    drain_max_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    drain_max_per_hour: int = Field(default=4, ge=0, le=10_000)
+    drain_min_drainable: int = Field(default=1, ge=0, le=64)
+    approval_timeout_s: int = Field(default=1800, ge=10, le=7 * 86_400)
+
+    # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
+    breaker_limit: int = Field(default=20, ge=1, le=100_000)
+    breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)
+
+    # Recovery policy.
+    retry_budget: int = Field(default=3, ge=0, le=50)
+    crash_loop_after: int = Field(default=3, ge=2, le=50, description="same failure N times")
+    hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
+    verify_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def sim_home(self) -> Path:
+        return self.home / "sim"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.home / "prefect"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.server_host}:{self.server_port}/api"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

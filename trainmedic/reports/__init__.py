@@ -1,0 +1,1 @@
+"""Every runbook's Markdown report (Prefect artifacts), built from its result. Pure."""

@@ -1,0 +1,98 @@
+"""The triage report: what an on-call engineer reads first. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainmedic.core.models import (
+    ActionRecord,
+    Checkpoint,
+    Diagnosis,
+    Evidence,
+    JobInfo,
+    PlaybookResult,
+)
+from trainmedic.decisions.remediation import Plan
+from trainmedic.reports.common import actions_table, cell, dry_run_mark
+
+MAX_EVIDENCE = 12
+
+
+def triage_report(
+    *,
+    job: JobInfo,
+    diagnosis: Diagnosis,
+    plan: Plan,
+    actions: Sequence[ActionRecord],
+    checkpoint: Checkpoint | None,
+    new_job: JobInfo | None,
+    diagnostics: PlaybookResult | None,
+    dry_run: bool,
+) -> str:
+    rem = diagnosis.remediation
+    lines = [
+        f"# Triage of job {job.job_id} ({job.name}){dry_run_mark(dry_run)}",
+        "",
+        "## Diagnosis",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| category | **{diagnosis.category}** |",
+        f"| layer | {diagnosis.layer} |",
+        f"| root-cause host | {diagnosis.root_cause_host or '—'} |",
+        f"| origin node | {plan.origin_node or '—'} |",
+        f"| confidence | {diagnosis.confidence:.2f} |",
+        f"| source | {diagnosis.source} |",
+        f"| job state | {job.state} (exit {job.exit_code}) on {', '.join(job.nodes)} |",
+        f"| logs | `{job.log_dir}` |",
+        "",
+        f"**Remediation:** {rem.summary}",
+    ]
+    if rem.hints:
+        lines += ["", "Hints: " + "; ".join(f"`{h}`" for h in rem.hints)]
+    lines += ["", "## Evidence", ""]
+    # A line read by two signatures (Xid 79 and "fallen off the bus") is shown once, with
+    # both names.
+    by_place: dict[tuple[str, int], list[Evidence]] = {}
+    for ev in diagnosis.evidence:
+        by_place.setdefault((ev.file, ev.line), []).append(ev)
+    if by_place:
+        lines += ["| file | line | signature | text |", "|---|---|---|---|"]
+        for same in list(by_place.values())[:MAX_EVIDENCE]:
+            ev = same[0]
+            names = ", ".join(e.signature for e in same)
+            # The file name alone keeps the table readable; the job's log dir is given above.
+            name = Path(ev.file).name
+            lines.append(f"| {cell(name)} | {ev.line} | {cell(names)} | `{cell(ev.text)}` |")
+        if len(by_place) > MAX_EVIDENCE:
+            lines.append(f"\n…and {len(by_place) - MAX_EVIDENCE} more evidence lines.")
+    else:
+        lines.append("No log line matched a signature.")
+    if diagnostics is not None:
+        lines += [
+            "",
+            "## Node diagnostics",
+            "",
+            "| node | reach | nvidia-smi rc | Xid lines |",
+            "|---|---|---|---|",
+        ]
+        for host, outcome in diagnostics.hosts.items():
+            facts = diagnostics.facts.get(host, {}).get("trainmedic_diagnostics", {})
+            xids = facts.get("xid_lines", []) if isinstance(facts, dict) else []
+            rc = facts.get("nvidia_smi_rc", "—") if isinstance(facts, dict) else "—"
+            lines.append(f"| {host} | {outcome} | {rc} | {cell('; '.join(xids[-2:])) or '—'} |")
+    lines += ["", "## Decisions", ""] + [f"- {r}" for r in plan.reasons]
+    lines += ["", "## Actions", "", *actions_table(actions)]
+    lines += ["", "## Restart", ""]
+    if checkpoint is not None:
+        lines.append(f"- checkpoint: step {checkpoint.step} at `{checkpoint.path}`")
+    elif new_job is not None:
+        lines.append("- no checkpoint was ever saved: restarted from the beginning")
+    if new_job is not None:
+        lines.append(
+            f"- new job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}"
+        )
+    if checkpoint is None and new_job is None:
+        lines.append("- not restarted")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,36 @@
+"""The records the ledgers hold: plain models, shared by the ledgers (which store them) and the
+decisions (which read them), so neither depends on the other."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from trainmedic.core.models import NodeName, Strict
+
+
+class ActionKind(StrEnum):
+    drain = "drain"
+    stop_job = "stop_job"
+    resubmit = "resubmit"
+    reset_gpu = "reset_gpu"
+    reboot = "reboot"
+    breaker_reset = "breaker_reset"  # a human's reset: actions before it no longer count
+
+
+class ActionEntry(Strict):
+    """One destructive action (or a human's breaker reset), as the circuit breaker counts it."""
+
+    kind: ActionKind
+    target: str
+    at: datetime
+    flow_run: str = ""
+
+
+class DrainRecord(Strict):
+    """One drain trainmedic made: who drained what, when. The rate limit reads these."""
+
+    node: NodeName
+    at: datetime
+    flow_run: str = ""
+    reason: str = ""
