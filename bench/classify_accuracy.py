@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from trainmedic.diagnosis import LogSource, diagnose  # noqa: E402
 
-DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "dev-logs.jsonl"
+DEFAULT_CORPUS = ROOT / "tests" / "corpus" / "dev-logs.jsonl"  # real excerpts, with URLs
 GENERIC_ERROR = re.compile(r"error|exception|fail|killed|timeout", re.IGNORECASE)
 # What a hurried on-call engineer's grep would conclude from the first error line.
 NAIVE_KEYWORDS = [
