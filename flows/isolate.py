@@ -5,7 +5,8 @@ what without a human.
     decide (trainmedic.decisions.guard: auto-approve size, blast radius, rate limit)
     → if needed, pause for a human (typed form: approve / reject / approve subset, timeout)
     → drain each approved node (reason names the run; recorded in the drain ledger)
-    → playbooks/isolate_node.yml on them (stop workloads, collect Xid / nvidia-smi / dcgmi)
+    → stop what the failed job still runs there (its own steps only, never another job)
+    → playbooks/isolate_node.yml on them (isolation marker, collect Xid / nvidia-smi / dcgmi)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.tasks import drain_node
+from flows.tasks import drain_node, stop_job_on_node
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
@@ -57,7 +58,7 @@ class IsolationApproval(RunInput):
 
 @task(name="isolate-nodes", cache_policy=NO_CACHE)
 def isolate_nodes(nodes: list[str], reason: str, dry_run: bool) -> PlaybookResult:
-    """playbooks/isolate_node.yml: stop workloads, mark isolated, collect the evidence."""
+    """playbooks/isolate_node.yml: mark isolated, collect the evidence."""
     return run_playbook(
         "isolate_node.yml", nodes, {"trainmedic_isolation_reason": reason}, check=dry_run
     )
@@ -95,6 +96,9 @@ def isolate(
             if job_id:
                 reason += f" (job {job_id})"
             actions.append(drain_node(node, reason, dry_run))
+            if job_id:
+                # Only once the drain is recorded, and only the failed job's own work there.
+                actions.append(stop_job_on_node(job_id, node, reason, dry_run))
         result = isolate_nodes(approved, f"{runbook} {run_name}", dry_run)
         for host, facts in result.facts.items():
             collected = facts.get("trainmedic_isolation")

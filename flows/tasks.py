@@ -135,8 +135,16 @@ def breaker_status() -> BreakerState:
     return breaker_state(entries, datetime.now(UTC), circuit_breaker(settings))
 
 
+@dataclasses.dataclass
+class GuardedAction:
+    """Set ``changed = False`` when the action turned out to change nothing: a no-op spends
+    nothing of the circuit breaker."""
+
+    changed: bool = True
+
+
 @contextlib.contextmanager
-def guarded(kind: ActionKind, target: str) -> Iterator[None]:
+def guarded(kind: ActionKind, target: str) -> Iterator[GuardedAction]:
     """Every destructive action passes here: refused while the circuit breaker is open,
     recorded in the action ledger once done."""
     state = breaker_status()
@@ -146,11 +154,13 @@ def guarded(kind: ActionKind, target: str) -> Iterator[None]:
             f"{kind} {target} refused: {state.describe()}; a human resets it with "
             "`trainmedic breaker --reset` after checking what the automation did"
         )
-    yield
-    entry = ActionEntry(
-        kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
-    )
-    Ledgers(get_settings().home).actions.append(entry)
+    action = GuardedAction()
+    yield action
+    if action.changed:
+        entry = ActionEntry(
+            kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
+        )
+        Ledgers(get_settings().home).actions.append(entry)
 
 
 @task(name="drain-node", cache_policy=NO_CACHE)
@@ -298,6 +308,26 @@ def stop_job(job: JobInfo, reason: str, dry_run: bool) -> ActionRecord:
         target=f"job {job.job_id}",
         changed=changed,
         outcome=f"cancelled: {reason}" if changed else "had already ended",
+    )
+
+
+@task(name="stop-job-on-node", cache_policy=NO_CACHE)
+def stop_job_on_node(job_id: str, node: str, reason: str, dry_run: bool) -> ActionRecord:
+    """After a node's drain is recorded: stop what the failed job still runs there, and only
+    that (never another job). Idempotent: a job with nothing left there is left alone."""
+    reason = safe_text(reason, "reason")
+    target = f"job {job_id} on {node}"
+    if dry_run:
+        return ActionRecord(what="stop job on node", target=target, outcome="dry run")
+    with guarded(ActionKind.stop_job, target) as action:
+        cancelled = get_scheduler().cancel_steps_on(job_id, node, reason)
+        action.changed = bool(cancelled)
+    get_run_logger().warning("stop job %s on %s: %s", job_id, node, cancelled or "nothing ran")
+    return ActionRecord(
+        what="stop job on node",
+        target=target,
+        changed=bool(cancelled),
+        outcome=f"cancelled {', '.join(cancelled)}" if cancelled else "nothing of it ran there",
     )
 
 

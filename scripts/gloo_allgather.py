@@ -8,9 +8,9 @@ first host of a group exactly as it runs nccl-tests there::
 
 and parses its ``# Avg bus bandwidth    : X`` line (GB/s). The first host is rank 0: it
 hosts the rendezvous (a torch TCPStore on its own address) and starts every other rank over
-SSH with the testbed's key (``ssh root@<peer> python this-file --rank R ...``: the namespaces
-share the filesystem, so this interpreter and this file are there too). Each rank binds gloo to
-the interface that holds its testbed address.
+SSH with the testbed's key, as the same user (``ssh <user>@<peer> python this-file --rank R
+...``: the namespaces share the filesystem, so this interpreter and this file are there too).
+Each rank binds gloo to the interface that holds its testbed address.
 
 Sizes follow nccl-tests: ``-b``/``-e`` are the total gathered bytes (``1G``, ``64M``, ``512K``),
 each rank contributes size/ranks; algbw = size / time, busbw = algbw * (ranks - 1) / ranks.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import getpass
 import os
 import re
 import socket
@@ -197,9 +198,13 @@ def start_peers(
             *passthrough,
         ]
         # Remote side bounded too, even if this process is killed without a word.
-        remote = ["timeout", "--kill-after=5", str(args.timeout + 10), *command]
+        # The same import path on the peer (the node's torch may live outside its Python).
+        pythonpath = (
+            [f"PYTHONPATH={os.environ['PYTHONPATH']}"] if "PYTHONPATH" in os.environ else []
+        )
+        remote = ["timeout", "--kill-after=5", str(args.timeout + 10), "env", *pythonpath, *command]
         proc = subprocess.Popen(
-            ["ssh", *ssh_options, f"root@{addresses[host]}", *remote],
+            ["ssh", *ssh_options, f"{getpass.getuser()}@{addresses[host]}", *remote],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -61,11 +61,11 @@ cmd_up() {
     if ! slurm_ctld_running "$DIR"; then
         # A fresh controller gets fresh state: job ids restart at 1, so old node drains,
         # spool files and job-completion records would otherwise alias new jobs.
-        rm -rf "$DIR/state" "$DIR/spool"
-        if [[ -s "$DIR/log/jobcomp.txt" ]]; then mv -f "$DIR/log/jobcomp.txt" "$DIR/log/jobcomp.txt.old"; fi
+        rm -rf "$DIR/state" "$DIR/spool" "$DIR/db/data"
         write_conf
     fi
     slurm_start_munge "$DIR"
+    slurm_start_accounting "$DIR" trainmedic "$PORT"
     slurm_start_ctld "$DIR"
     while read -r name; do
         pid_alive "$DIR/run/slurmd-$name.pid" slurmd && continue
@@ -92,6 +92,8 @@ cmd_status() {
         fi
     }
     report "$DIR/run/munged.pid" munged munged
+    report "$DIR/run/mariadbd.pid" mariadbd mariadbd
+    report "$DIR/run/slurmdbd.pid" slurmdbd slurmdbd
     report "$DIR/run/slurmctld.pid" slurmctld slurmctld
     while read -r name; do report "$DIR/run/slurmd-$name.pid" slurmd "slurmd $name"; done < <(node_names)
     if ((rc == 0)); then sinfo -N -o '%N %T %E' || rc=1; fi

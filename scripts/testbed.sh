@@ -36,6 +36,10 @@ SUBNET="${TRAINMEDIC_TESTBED_SUBNET:-10.77.0}"
 WANT_SLURM="${TRAINMEDIC_TESTBED_SLURM:-auto}"
 RATE="${TRAINMEDIC_TESTBED_RATE:-100mbit}"
 SLURM_PORT="${TRAINMEDIC_TESTBED_SLURM_PORT:-16917}"
+# Ansible logs in as this unprivileged user, as production does, with sudo for the one
+# privileged task; root logins are refused by the nodes' sshd.
+TB_USER="${TRAINMEDIC_TESTBED_USER:-trainmedic}"
+SUDOERS=/etc/sudoers.d/trainmedic-testbed
 BRIDGE=tmtb-br0
 NS_PREFIX=tmtb-
 INVENTORY="$REPO/inventories/testbed/hosts.yml"
@@ -54,6 +58,7 @@ LOG_TAG=testbed.sh
     die "TRAINMEDIC_TESTBED_SUBNET=$SUBNET: want the first three octets of a private /24 (e.g. 10.77.0)"
 [[ "$RATE" =~ ^[0-9]+[kmg]?bit$ ]] || die "TRAINMEDIC_TESTBED_RATE=$RATE: want e.g. 20mbit"
 [[ "$WANT_SLURM" =~ ^(auto|0|1)$ ]] || die "TRAINMEDIC_TESTBED_SLURM=$WANT_SLURM: want auto, 0 or 1"
+[[ "$TB_USER" =~ ^[a-z_][a-z0-9_-]{0,30}$ && "$TB_USER" != root ]] || die "TRAINMEDIC_TESTBED_USER=$TB_USER: want a plain user name, not root"
 
 node_name() { printf 'node%03d' "$1"; }
 ns_name() { printf '%snode%03d' "$NS_PREFIX" "$1"; }
@@ -80,6 +85,45 @@ install_tools() {
     need_commands "sshd ssh ssh-keygen" openssh-server openssh-client
     need_commands "iptables" iptables
     need_commands "ip tc" iproute2
+    need_commands "sudo visudo" sudo
+}
+
+# The remote user: created by the testbed (and removed by `down`) unless it already exists;
+# its home (Ansible's remote tmp) lives in the state dir. '*' instead of useradd's locked '!'
+# password: sshd without PAM refuses key logins to locked accounts.
+make_user() {
+    if ! id -u "$TB_USER" >/dev/null 2>&1; then
+        useradd --home-dir "$DIR/home" --create-home --shell /bin/bash --user-group "$TB_USER"
+        touch "$DIR/created-user"
+    fi
+    usermod -p '*' "$TB_USER"
+    mkdir -p "$DIR/home" "$DIR/markers"
+    chown "$TB_USER:" "$DIR/home" "$DIR/markers" "$DIR/id_ed25519"
+    printf '%s ALL=(root) NOPASSWD: ALL\n' "$TB_USER" >"$SUDOERS.tmp"
+    chmod 0440 "$SUDOERS.tmp"
+    visudo -cqf "$SUDOERS.tmp" || die "the testbed's sudoers entry does not parse"
+    mv -f "$SUDOERS.tmp" "$SUDOERS"
+}
+
+# As on Ubuntu (and production GPU nodes): the kernel log is root's unless asked through sudo.
+# The sysctl is machine-wide (namespaces share the kernel): the old value is put back by down.
+restrict_kernel_log() {
+    [[ -e "$DIR/dmesg_restrict.orig" ]] || sysctl -n kernel.dmesg_restrict >"$DIR/dmesg_restrict.orig"
+    sysctl -qw kernel.dmesg_restrict=1 || log "could not set kernel.dmesg_restrict=1"
+}
+
+unrestrict_kernel_log() {
+    if [[ -s "$DIR/dmesg_restrict.orig" ]]; then
+        sysctl -qw "kernel.dmesg_restrict=$(cat "$DIR/dmesg_restrict.orig")" || true
+    fi
+}
+
+remove_user() {
+    rm -f "$SUDOERS"
+    if [[ -e "$DIR/created-user" ]] && id -u "$TB_USER" >/dev/null 2>&1; then
+        pkill -KILL -u "$TB_USER" 2>/dev/null || true
+        userdel "$TB_USER" 2>/dev/null || log "could not remove user $TB_USER"
+    fi
 }
 
 # ------------------------------------------------------------------------------ state
@@ -97,7 +141,8 @@ make_keys() {
 Port 22
 HostKey $DIR/ssh_host_ed25519_key
 AuthorizedKeysFile $DIR/authorized_keys
-PermitRootLogin prohibit-password
+PermitRootLogin no
+AllowUsers $TB_USER
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
@@ -128,7 +173,22 @@ EOF
     done
 }
 
+# The nodes' Python for the allgather: the system one, reachable by the unprivileged user, with
+# torch from the project's venv (same minor version, so the same wheels load).
+node_python() {
+    local venv_python="$REPO/.venv/bin/python"
+    NODE_PYTHON=/usr/bin/python3
+    [[ -x $NODE_PYTHON ]] || die "no $NODE_PYTHON on this machine for the nodes"
+    [[ -x $venv_python ]] || die "no $venv_python: bash scripts/bootstrap.sh test,testbed first"
+    local mine theirs
+    mine=$("$venv_python" -c 'import sys; print(sys.version_info[:2])')
+    theirs=$("$NODE_PYTHON" -c 'import sys; print(sys.version_info[:2])')
+    [[ $mine == "$theirs" ]] || die "node Python $theirs differs from the venv's $mine"
+    NODE_PYTHONPATH=$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+}
+
 write_inventory() {
+    node_python
     local i tmp
     mkdir -p "$(dirname "$INVENTORY")"
     tmp="$INVENTORY.tmp.$$"
@@ -137,7 +197,9 @@ write_inventory() {
         echo "all:"
         echo "  vars:"
         echo "    trainmedic_testbed_dir: $DIR"
-        echo "    ansible_user: root"
+        echo "    ansible_user: $TB_USER"
+        echo "    trainmedic_node_python: $NODE_PYTHON"
+        echo "    trainmedic_node_pythonpath: $NODE_PYTHONPATH"
         echo "    ansible_ssh_private_key_file: $DIR/id_ed25519"
         echo "  children:"
         echo "    gpu_nodes:"
@@ -212,7 +274,7 @@ ssh_node() {
     local ip=$1
     shift
     ssh -q -i "$DIR/id_ed25519" -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes \
-        -o UserKnownHostsFile="$DIR/known_hosts" -o ControlMaster=no "root@$ip" "$@"
+        -o UserKnownHostsFile="$DIR/known_hosts" -o ControlMaster=no "$TB_USER@$ip" "$@"
 }
 
 wait_ssh() {
@@ -249,10 +311,11 @@ start_slurm() {
     local i name
     export SLURM_CONF="$SLURM_CONF_FILE"
     if ! slurm_ctld_running "$SLURM_DIR"; then
-        rm -rf "$SLURM_DIR/state" "$SLURM_DIR/spool"
+        rm -rf "$SLURM_DIR/state" "$SLURM_DIR/spool" "$SLURM_DIR/db/data"
         write_slurm_conf
     fi
     slurm_start_munge "$SLURM_DIR"
+    slurm_start_accounting "$SLURM_DIR" trainmedic-testbed "$SLURM_PORT"
     slurm_start_ctld "$SLURM_DIR"
     for ((i = 1; i <= NODES; i++)); do
         name=$(node_name "$i")
@@ -274,6 +337,8 @@ cmd_up() {
     install_tools
     check_subnet_free
     make_keys
+    make_user
+    restrict_kernel_log
     write_standins
     make_bridge
     for ((i = 1; i <= NODES; i++)); do
@@ -335,6 +400,8 @@ cmd_down() {
     done
     if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
     rm -f "$INVENTORY"
+    remove_user
+    unrestrict_kernel_log
     rm -rf "$DIR"
     if [[ -n "$(existing_namespaces)" ]]; then die "namespaces left: $(existing_namespaces | xargs)"; fi
     log "down"

@@ -55,3 +55,35 @@ def test_playbook_outside_the_playbook_dir_is_refused(sim) -> None:
 
 def test_inventory_lists_sim_hosts(sim, tm_home) -> None:
     assert Inventory(tm_home.inventory).hosts() == {f"node{i:03d}" for i in range(1, 9)}
+
+
+def _runner_env(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    import yaml
+
+    return yaml.safe_load((Path(result.private_data_dir) / "env" / "envvars").read_text())
+
+
+def test_nodes_use_their_own_python_and_host_keys_are_checked_by_default(sim, tm_home) -> None:
+    """Production paths: the controller's interpreter is never forced on every host (a GPU
+    node does not have it: the inventory and ansible.cfg's discovery decide), and SSH host
+    keys are checked against trainmedic's known_hosts unless a setting says otherwise."""
+    result = run_playbook("collect_node_diagnostics.yml", ["node001"])
+    env = _runner_env(result)
+    assert "ANSIBLE_PYTHON_INTERPRETER" not in env
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert env["ANSIBLE_CONFIG"].endswith("ansible.cfg")
+    assert f"UserKnownHostsFile={tm_home.known_hosts}" in env["ANSIBLE_SSH_EXTRA_ARGS"]
+    assert "StrictHostKeyChecking=yes" in env["ANSIBLE_SSH_EXTRA_ARGS"]
+
+
+def test_an_unreadable_kernel_log_is_reported_not_hidden(sim) -> None:
+    cluster, _ = sim
+    cluster.restrict_kernel_log("node002")  # kernel.dmesg_restrict=1, no privilege
+    result = run_playbook("collect_node_diagnostics.yml", ["node001", "node002"])
+    refused = result.facts["node002"]["trainmedic_diagnostics"]
+    assert int(refused["kernel_rc"]) != 0
+    assert "Operation not permitted" in refused["kernel_error"]
+    read = result.facts["node001"]["trainmedic_diagnostics"]
+    assert int(read["kernel_rc"]) == 0 and read["kernel_error"] == ""

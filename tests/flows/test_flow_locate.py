@@ -10,7 +10,7 @@ from uuid import UUID
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-from support.waits import run_in_thread, unique_run_name, wait_paused
+from support.waits import run_in_thread, unique_run_name, wait_paused, wait_until
 
 from trainmedic.core.models import NodeState
 from trainmedic.decisions.guard import IsolationPolicy
@@ -134,7 +134,6 @@ def test_auto_approved_isolation_drains_exactly_the_faulty_node(prefect_server, 
     dry = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, dry_run=True))
     assert dry.faulty == ["node002"] and dry.isolation.approved == ["node002"]
     assert dry.isolation.drained == [] and drained(scheduler) == {} and not marker.exists()
-    assert dry.isolation.evidence["node002"]["stopped_rc"] is None  # skipped in check mode
     assert "DRY RUN" in str(artifacts(dry.flow_run_id)["locate-summary"])
 
     result = locate_faulty_nodes(
@@ -157,6 +156,29 @@ def test_auto_approved_isolation_drains_exactly_the_faulty_node(prefect_server, 
     again = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY))
     assert again.isolation.mode == "none" and again.isolation.drained == []
     assert again.isolation.already_drained == ["node002"]
+
+
+@pytest.mark.server
+def test_isolation_stops_the_failed_job_on_the_node_after_the_drain(prefect_server, sim) -> None:
+    """The job named by the run, still running on the isolated node, is stopped there after
+    the node's drain is recorded; a job the run is not about is left alone."""
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.core.models import JobSpec, JobState
+
+    cluster, scheduler = sim
+    failing = scheduler.submit(JobSpec(name="failing", nodes=2, steps=100_000))
+    bystander = scheduler.submit(JobSpec(name="bystander", nodes=2, steps=100_000))
+    wait_until(lambda: scheduler.job(bystander.job_id).state is JobState.RUNNING, 30, "running")
+    victim = scheduler.job(failing.job_id).nodes[1]
+    cluster.inject(victim, "slow")  # the job crawls on, still running there
+    result = locate_faulty_nodes(
+        LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, job_id=failing.job_id)
+    )
+    assert result.slow == [victim]
+    kinds = [(a.what, a.changed) for a in result.isolation.actions]
+    assert kinds == [("drain", True), ("stop job on node", True)]
+    assert scheduler.job(failing.job_id).state is JobState.CANCELLED
+    assert scheduler.job(bystander.job_id).state is JobState.RUNNING
 
 
 @pytest.mark.server

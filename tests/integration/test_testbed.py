@@ -78,6 +78,9 @@ def tb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TRAINMEDIC_INVENTORY", str(INVENTORY))
     monkeypatch.setenv("TRAINMEDIC_SCHEDULER", "sim")
+    # Host keys checked, as in production: against the known_hosts the testbed manages.
+    monkeypatch.setenv("TRAINMEDIC_SSH_KNOWN_HOSTS", str(TESTBED_DIR / "known_hosts"))
+    monkeypatch.delenv("TRAINMEDIC_SSH_HOST_KEY_CHECKING", raising=False)
     monkeypatch.delenv("TRAINMEDIC_TELEMETRY_URL", raising=False)
     get_settings.cache_clear()
     try:
@@ -177,6 +180,54 @@ def test_unreachable_node_is_reported_and_the_rest_carry_on(prefect_server, tb: 
     assert located.slow == []
 
 
+# ----------------------------------------------------------------------------- production access
+
+
+def ssh_as(user: str, node_ip: str, *command: str) -> subprocess.CompletedProcess[str]:
+    known_hosts = TESTBED_DIR / "known_hosts"
+    return subprocess.run(
+        ["ssh", "-q", "-i", str(TESTBED_DIR / "id_ed25519"), "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+         "-o", "ControlMaster=no", "-o", "ConnectTimeout=5", f"{user}@{node_ip}", *command],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_nodes_are_reached_as_an_unprivileged_user_and_the_kernel_log_through_sudo(
+    tb: Settings,
+) -> None:
+    """As production: SSH as `trainmedic`, not root; the kernel log under
+    kernel.dmesg_restrict=1 is refused to that user and read through sudo (become) only."""
+    from trainmedic.adapters.ansible import run_playbook
+
+    # testbed.sh up sets it, as Ubuntu does by default.
+    assert Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1"
+    node_ip = "10.77.0.11"
+    whoami = ssh_as("trainmedic", node_ip, "id", "-un")
+    assert whoami.stdout.strip() == "trainmedic", whoami
+    plain = ssh_as("trainmedic", node_ip, "/usr/bin/dmesg")
+    assert plain.returncode != 0, "dmesg_restrict=1 yet the user read the kernel log"
+    assert ssh_as("root", node_ip, "true").returncode != 0, "the nodes must refuse root logins"
+
+    result = run_playbook("collect_node_diagnostics.yml", list(NODES), timeout_s=120)
+    for node in NODES:
+        found = result.facts[node]["trainmedic_diagnostics"]
+        assert int(str(found["kernel_rc"])) == 0, found  # read through sudo
+        assert found["kernel_error"] == ""
+
+
+def test_an_unknown_host_key_is_refused(tb: Settings, tmp_path: Path, monkeypatch) -> None:
+    from trainmedic.adapters.ansible import run_playbook
+    from trainmedic.core.models import HostOutcome
+
+    # A known_hosts that does not know the nodes: the connection must fail, not prompt or trust.
+    (tmp_path / "known_hosts").write_text("")
+    monkeypatch.setenv("TRAINMEDIC_SSH_KNOWN_HOSTS", str(tmp_path / "known_hosts"))
+    get_settings.cache_clear()
+    result = run_playbook("collect_node_diagnostics.yml", ["node001"], timeout_s=60)
+    assert result.hosts["node001"] is HostOutcome.unreachable
+
+
 # ----------------------------------------------------------------------------- (e)
 
 
@@ -215,8 +266,9 @@ def slurm_tb(tb: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("TRAINMEDIC_SCHEDULER", "slurm")
     monkeypatch.setenv("TRAINMEDIC_SLURM_ROOT", str(tmp_path / "slurm"))
     monkeypatch.setenv("TRAINMEDIC_SLURM_COMMAND", f"bash {shlex.quote(str(JOB_SCRIPT))}")
-    # Exported to the job by sbatch: 20 steps a second, a checkpoint every second.
+    # Exported to the job by sbatch (listed): 20 steps a second, a checkpoint every second.
     monkeypatch.setenv("TRAINMEDIC_SIM_STEP_SECONDS", "0.05")
+    monkeypatch.setenv("TRAINMEDIC_SLURM_EXPORT", "PATH,HOME,USER,LANG,TRAINMEDIC_SIM_STEP_SECONDS")
     monkeypatch.setenv("TRAINMEDIC_VERIFY_TIMEOUT_S", "60")
     get_settings.cache_clear()
     settings = get_settings()

@@ -10,6 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 python=${TRAINMEDIC_TESTBED_PYTHON:-$repo/.venv/bin/python}
 testbed=${TRAINMEDIC_TESTBED_DIR:-/var/tmp/trainmedic-testbed}
+# The nodes take SSH logins from the testbed's unprivileged user only, as production nodes do.
+user=${TRAINMEDIC_TESTBED_USER:-trainmedic}
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 
 "$python" -m trainmedic.sim.job --job-dir "$TRAINMEDIC_JOB_DIR" \
@@ -23,7 +25,7 @@ while kill -0 "$trainer" 2>/dev/null; do
         address=$(awk -v n="$node" '$1 == n {print $2}' "$testbed/hosts")
         if ! out=$(timeout 8 ssh -i "$testbed/id_ed25519" -o BatchMode=yes -o ConnectTimeout=3 \
             -o LogLevel=ERROR -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$testbed/known_hosts" \
-            -o ControlMaster=no "root@$address" true 2>&1); then
+            -o ControlMaster=no "$user@$address" true 2>&1); then
             echo "launcher: error: connection to node $node lost ($address: ${out:-no answer})" >&2
             kill -TERM "$trainer" 2>/dev/null
             wait "$trainer"

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.waits import wait_until
 
-from trainmedic.adapters.scheduler.slurm import SlurmScheduler
+from trainmedic.adapters.scheduler.slurm import DEFAULT_EXPORT, SlurmScheduler
 from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
 from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeState
 
@@ -75,8 +76,14 @@ def _sh(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+# The simulated trainer's pace travels to the job like any variable a site lists for export.
+EXPORT = (*DEFAULT_EXPORT, "TRAINMEDIC_SIM_STEP_SECONDS")
+
+
 def make(tmp_path: Path, *command: str) -> SlurmScheduler:
-    return SlurmScheduler(tmp_path / "slurm", command=list(command) or None, timeout_s=30)
+    return SlurmScheduler(
+        tmp_path / "slurm", command=list(command) or None, timeout_s=30, export=EXPORT
+    )
 
 
 def wait_for(
@@ -132,13 +139,36 @@ def test_successful_job_completes_with_log(tmp_path: Path) -> None:
     )
     assert info.spec == spec
 
-    # sacct -c (the job-completion log) agrees with the controller.
-    (from_log,) = [j for j in scheduler._sacct(["-j", info.job_id]) if j.job_id == info.job_id]
-    assert (from_log.state, from_log.exit_code, from_log.nodes) == (
-        JobState.COMPLETED,
-        0,
-        info.nodes,
+    # Accounting (slurmdbd, jobcomp/none as sites run it) agrees with the controller once
+    # slurmctld has sent it the job's end (it lags by a moment), and keeps the comment that
+    # tags the job as trainmedic's run.
+    def recorded():  # type: ignore[no-untyped-def]
+        found = [j for j in scheduler._sacct(["-j", info.job_id]) if j.job_id == info.job_id]
+        return found[0] if found and found[0].nodes == info.nodes else None
+
+    from_log = wait_until(recorded, 30, f"job {info.job_id} complete in accounting")
+    assert (from_log.state, from_log.exit_code) == (JobState.COMPLETED, 0)
+    assert from_log.source == "accounting"
+    assert from_log.comment.startswith("trainmedic:")
+
+
+def test_the_cluster_runs_accounting_without_a_job_completion_log() -> None:
+    """The tier's cluster is configured as most sites are: slurmdbd, JobCompType=jobcomp/none."""
+    jobcomp = subprocess.run(
+        ["sacct", "-c", "-n"], capture_output=True, text=True, timeout=30, check=False
     )
+    assert "job completion is disabled" in (jobcomp.stdout + jobcomp.stderr).lower()
+    assert "trainmedic" in _sh("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
+
+
+def test_only_listed_variables_reach_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINMEDIC_PROBE_SECRET", "leaked")
+    scheduler = make(tmp_path, "bash", "-c", 'echo "probe=${TRAINMEDIC_PROBE_SECRET:-unset}"')
+    info = wait_for(scheduler, scheduler.submit(JobSpec(name="env", nodes=1)).job_id)
+    out = (Path(info.log_dir) / f"slurm-{info.job_id}.out").read_text()
+    assert "probe=unset" in out
 
 
 def test_failing_job_reports_exit_code(tmp_path: Path) -> None:
@@ -153,7 +183,7 @@ def test_simulated_trainer_runs_under_slurm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("trainmedic.sim.job")
-    monkeypatch.setenv("TRAINMEDIC_SIM_STEP_SECONDS", "0.01")  # sbatch exports our environment
+    monkeypatch.setenv("TRAINMEDIC_SIM_STEP_SECONDS", "0.01")  # in the export list
     scheduler = make(tmp_path)
     spec = JobSpec(name="sim-train", nodes=2, gpus_per_node=2, steps=20, checkpoint_every=10)
     info = wait_for(scheduler, scheduler.submit(spec).job_id, timeout=120)
@@ -293,3 +323,33 @@ def test_from_settings_against_cluster(tmp_path: Path, monkeypatch: pytest.Monke
     assert isinstance(scheduler, SlurmScheduler)
     assert scheduler.root == tmp_path / "slurm"
     assert {n.name for n in scheduler.nodes()} >= set(NODES)
+
+
+def test_isolating_a_node_stops_only_the_failed_jobs_steps_there(tmp_path: Path) -> None:
+    """Two steps of one job on two nodes and another job beside them: isolating node002
+    cancels the job's step on node002 and nothing else."""
+    scheduler = make(
+        tmp_path,
+        "bash",
+        "-c",
+        "srun -N1 -n1 -w node001 sleep 300 & srun -N1 -n1 -w node002 sleep 300 & wait",
+    )
+    job = scheduler.submit(JobSpec(name="two-steps", nodes=2))
+    bystander = make(tmp_path / "b", "sleep", "300").submit(JobSpec(name="bystander", nodes=1))
+
+    def steps() -> dict[str, str]:
+        out = _sh("squeue", "--steps", "--jobs", job.job_id, "-h", "-o", "%i|%N")
+        found = dict(line.split("|", 1) for line in out.split())
+        return {s: n for s, n in found.items() if s.split(".")[1] not in ("batch", "extern")}
+
+    running = wait_until(lambda: steps() if len(steps()) == 2 else None, 60, "two job steps")
+    on_node002 = [s for s, n in running.items() if n == "node002"]
+    assert scheduler.cancel_steps_on(job.job_id, "node002", "trainmedic isolate") == on_node002
+    remaining = wait_until(lambda: steps() if len(steps()) == 1 else None, 30, "one step left")
+    assert list(remaining.values()) == ["node001"]
+    assert scheduler.job(job.job_id).state is JobState.RUNNING
+    assert scheduler.job(bystander.job_id).state in (JobState.RUNNING, JobState.PENDING)
+    # Nothing of it left there: a second call changes nothing.
+    assert scheduler.cancel_steps_on(job.job_id, "node002", "trainmedic isolate") == []
+    scheduler.cancel(job.job_id, "test done")
+    scheduler.cancel(bystander.job_id, "test done")

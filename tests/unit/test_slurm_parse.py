@@ -14,6 +14,7 @@ import pytest
 from trainmedic.adapters.scheduler import slurm, slurm_parse
 from trainmedic.adapters.scheduler.slurm import SlurmScheduler
 from trainmedic.adapters.scheduler.slurm_parse import (
+    JOBCOMP_FIELDS,
     job_state,
     node_state,
     parse_exit_code,
@@ -23,7 +24,7 @@ from trainmedic.adapters.scheduler.slurm_parse import (
     parse_squeue_json,
     validate_reason,
 )
-from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
+from trainmedic.core.errors import ConfigError, InputError, JobNotFound, SchedulerError
 from trainmedic.core.models import JobSpec, JobState, NodeState
 
 REAL_RUN = subprocess.run  # the fakes below replace subprocess.run for everyone
@@ -266,7 +267,8 @@ def test_parse_sacct() -> None:
                   "2026-12-02T14:29:00", "root(0)", "sleep"]) + "\n"
         + d.join(["2.batch", "CANCELLED", "0:15", "node003", "", "", "", "batch"]) + "\n"
     )  # fmt: skip
-    first, second = parse_sacct(text, d)
+    first, second = parse_sacct(text, d, JOBCOMP_FIELDS)
+    assert first.source == "jobcomp" and first.comment == ""
     assert (first.job_id, first.state, first.exit_code, first.name) == (
         "1",
         JobState.FAILED,
@@ -362,7 +364,11 @@ class FakeSlurm:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.jobs: dict[str, str] = {}
-        self.sacct = ""
+        self.sacct = ""  # what accounting (sacct -X) knows
+        self.jobcomp = ""  # what the job-completion log (sacct -c) knows
+        self.accounting = True
+        self.jobcomp_enabled = False  # jobcomp/none, as most sites run
+        self.steps: dict[str, dict[str, str]] = {}  # job id -> step id -> node list
 
     def __call__(self, args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         assert isinstance(args, list), "argv lists only"
@@ -388,13 +394,27 @@ class FakeSlurm:
                 if job_id in self.jobs:
                     return done(out=self.jobs[job_id] + "\n")
                 return done(1, err="slurm_load_jobs error: Invalid job id specified\n")
-            case ["sacct", *_]:
+            case ["sacct", "-X", *_]:
+                if not self.accounting:
+                    return done(1, err="Slurm accounting storage is disabled\n")
                 return done(out=self.sacct)
+            case ["sacct", "-c", *_]:
+                if not self.jobcomp_enabled:
+                    return done(out="Slurm job completion is disabled\n")
+                return done(out=self.jobcomp)
             case ["scontrol", "show", "node", "-o", "node001"]:
                 return done(out=NODE_IDLE + "\n")
             case ["scontrol", "show", "node", "-o", "node003"]:
                 return done(out=NODE_DRAINING + "\n")
             case ["scontrol", "update", *_]:
+                return done()
+            case ["squeue", "--steps", "--jobs", job_id, *_]:
+                if job_id not in self.steps:
+                    return done(1, err="slurm_load_jobs error: Invalid job id specified\n")
+                return done(out="".join(f"{s}|{n}\n" for s, n in self.steps[job_id].items()))
+            case ["scancel", "--quiet", step]:
+                job_id = step.split(".")[0]
+                self.steps[job_id].pop(step)
                 return done()
         raise AssertionError(f"unexpected call {args}")
 
@@ -460,18 +480,90 @@ def test_job_found_by_comment_when_link_is_missing(tmp_path: Path, fake: FakeSlu
     assert scheduler.job(info.job_id).spec.name == "run"
 
 
-def test_job_falls_back_to_sacct_then_not_found(tmp_path: Path, fake: FakeSlurm) -> None:
+ALICE_JOB = ["7", "COMPLETED", "0:0", "node002", "2026-12-02T14:28:24", "2026-12-02T14:29:24",
+             "alice(1000)"]  # fmt: skip
+
+
+def test_purged_jobs_come_from_accounting(tmp_path: Path, fake: FakeSlurm) -> None:
     scheduler = SlurmScheduler(tmp_path)
-    fake.sacct = "\x1f".join(
-        ["7", "COMPLETED", "0:0", "node002", "2026-12-02T14:28:24", "2026-12-02T14:29:24",
-         "alice(1000)", "someone else's job"]
-    )  # fmt: skip
+    fake.sacct = "\x1f".join([*ALICE_JOB, "", "someone else's job"])
     info = scheduler.job("7")
     assert (info.state, info.exit_code, info.nodes) == (JobState.COMPLETED, 0, ("node002",))
     assert info.spec.name == "someone_else_s_job"
     assert info.spec.owner == "alice"
+    assert fake.calls[-1][:2] == ["sacct", "-X"]  # accounting, not the disabled jobcomp log
     with pytest.raises(JobNotFound):
         scheduler.job("8")
+
+
+def test_jobcomp_log_only_where_accounting_is_off(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.accounting, fake.jobcomp_enabled = False, True
+    fake.jobcomp = "\x1f".join([*ALICE_JOB, "someone else's job"])
+    scheduler = SlurmScheduler(tmp_path)
+    assert scheduler.job("7").spec.owner == "alice"
+    assert scheduler.job("7").state is JobState.COMPLETED
+    # Accounting said "disabled" once: not asked again.
+    assert sum(1 for c in fake.calls if c[:2] == ["sacct", "-X"]) == 1
+
+
+def test_no_history_at_all_is_not_an_error(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.accounting = fake.jobcomp_enabled = False
+    scheduler = SlurmScheduler(tmp_path)
+    with pytest.raises(JobNotFound):
+        scheduler.job("7")
+
+
+def test_a_recycled_job_id_does_not_inherit_the_old_run(tmp_path: Path, fake: FakeSlurm) -> None:
+    """Job ids restart at 1 on a reinstalled controller: the old jobs/<id> link must not turn
+    another user's new job into trainmedic's old training run."""
+    scheduler = SlurmScheduler(tmp_path, command=["true"])
+    ours = scheduler.submit(JobSpec(name="llama", nodes=1))
+    assert scheduler.job(ours.job_id).spec.name == "llama"
+    fake.jobs[ours.job_id] = (
+        f"JobId={ours.job_id} JobName=bobs-job UserId=bob(1001) JobState=RUNNING Reason=None "
+        "ExitCode=0:0 SubmitTime=2026-12-03T09:00:00 NodeList=node002 NumNodes=1 Comment=(null)"
+    )
+    theirs = scheduler.job(ours.job_id)
+    assert theirs.spec.name == "bobs-job" and theirs.spec.owner == "bob"
+    assert theirs.resubmission_of is None
+    # Another trainmedic run's comment wins over the link too.
+    fake.jobs[ours.job_id] = fake.jobs[ours.job_id].replace(
+        "Comment=(null)", "Comment=trainmedic:some-other-run"
+    )
+    assert scheduler.job(ours.job_id).spec.name == "bobs-job"
+
+
+def test_isolation_cancels_only_the_jobs_own_steps_on_the_node(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
+    fake.steps = {
+        "42": {
+            "42.batch": "node001",
+            "42.extern": "node[001-003]",
+            "42.0": "node001",
+            "42.1": "node[002-003]",
+            "42.2": "node003",
+        },
+        "43": {"43.0": "node002"},  # another job on the same node
+    }
+    scheduler = SlurmScheduler(tmp_path)
+    assert scheduler.cancel_steps_on("42", "node002", "isolate") == ["42.1"]
+    assert fake.steps["43"] == {"43.0": "node002"}  # never another job
+    assert "42.extern" in fake.steps["42"] and "42.0" in fake.steps["42"]
+    assert scheduler.cancel_steps_on("42", "node002", "isolate") == []  # idempotent
+    assert scheduler.cancel_steps_on("77", "node002", "isolate") == []  # gone: nothing runs
+    with pytest.raises(InputError):
+        scheduler.cancel_steps_on("42", "node002;reboot", "isolate")
+
+
+def test_sbatch_exports_only_the_listed_variables(tmp_path: Path, fake: FakeSlurm) -> None:
+    SlurmScheduler(tmp_path, command=["true"]).submit(JobSpec(name="run", nodes=1))
+    sbatch = fake.calls[0]
+    assert sbatch[sbatch.index("--export") + 1] == "PATH,HOME,USER,LANG,LC_ALL,TZ"
+    SlurmScheduler(tmp_path, command=["true"], export=()).submit(JobSpec(name="run", nodes=1))
+    assert fake.calls[-2][fake.calls[-2].index("--export") + 1] == "NONE"
+    with pytest.raises(ConfigError):
+        SlurmScheduler(tmp_path, export=("PATH;rm",))
 
 
 def test_drain_and_resume_check_state_first(tmp_path: Path, fake: FakeSlurm) -> None:

@@ -146,16 +146,23 @@ def run_playbook(
     bin_dir = str(Path(sys.executable).parent)
     envvars = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        # The project's ansible.cfg (interpreter discovery on the nodes: a GPU node's Python is
+        # not the controller's), whatever directory ansible-runner runs in.
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
         "ANSIBLE_CONNECTION_PLUGINS": str(REPO_ROOT / "playbooks" / "connection_plugins"),
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_HOST_KEY_CHECKING": str(settings.ssh_host_key_checking),
         "ANSIBLE_TIMEOUT": "10",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         # Inherited by every process of the run (forks, modules, the commands they start):
         # after a timeout, this is how the leftovers are found.
         RUN_MARKER: run_id,
     }
+    if settings.ssh_host_key_checking:
+        # An unknown or changed host key fails the connection (UNREACHABLE), never a prompt.
+        envvars["ANSIBLE_SSH_EXTRA_ARGS"] = (
+            f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={settings.known_hosts}"
+        )
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private),

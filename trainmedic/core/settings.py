@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     slurm_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     slurm_command: str = Field(default="", description="training command; sim trainer if empty")
     slurm_gpus: bool = Field(default=False, description="request --gpus-per-node (needs GRES)")
+    slurm_export: str = Field(
+        default="PATH,HOME,USER,LANG,LC_ALL,TZ",
+        description="the only variables of the submitter's environment a job gets (sbatch "
+        "--export; comma-separated names, empty for none)",
+    )
     slurm_conf: Path | None = Field(
         default=None, validation_alias=AliasChoices("TRAINMEDIC_SLURM_CONF", "SLURM_CONF")
     )
@@ -70,9 +75,13 @@ class Settings(BaseSettings):
     telemetry_url: HttpUrl | None = None
     http_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
-    # Playbooks.
+    # Playbooks. SSH host keys are checked against trainmedic's own known_hosts file (the
+    # site fills it, e.g. from its SSH CA or `ssh-keyscan` at node install); turning the check
+    # off is a deliberate setting, never a default.
     playbook_timeout_s: int = Field(default=600, ge=5, le=86_400)
     ansible_forks: int = Field(default=16, ge=1, le=512)
+    ssh_host_key_checking: bool = True
+    ssh_known_hosts: Path | None = Field(default=None, description="<home>/ssh/known_hosts")
 
     # Isolation policy (trainmedic.decisions.guard.IsolationPolicy): who may be drained unasked.
     drain_auto_approve_max: int = Field(default=1, ge=0, le=64)
@@ -90,6 +99,10 @@ class Settings(BaseSettings):
     crash_loop_after: int = Field(default=3, ge=2, le=50, description="same failure N times")
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
     verify_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh_known_hosts or self.home / "ssh" / "known_hosts"
 
     @property
     def sim_home(self) -> Path:

@@ -19,6 +19,16 @@ from trainmedic.reports.common import actions_table, cell, dry_run_mark
 MAX_EVIDENCE = 12
 
 
+def kernel_log_state(facts: dict[str, object]) -> str:
+    """``read``, ``UNREADABLE: <why>`` or ``—`` (not collected) for one node's kernel log."""
+    rc = facts.get("kernel_rc")
+    if rc is None:
+        return "—"
+    if str(rc) == "0":
+        return "read"
+    return f"UNREADABLE: {facts.get('kernel_error') or f'rc {rc}'}"
+
+
 def triage_report(
     *,
     job: JobInfo,
@@ -74,14 +84,31 @@ def triage_report(
             "",
             "## Node diagnostics",
             "",
-            "| node | reach | nvidia-smi rc | Xid lines |",
-            "|---|---|---|---|",
+            "| node | reach | nvidia-smi rc | kernel log | Xid lines |",
+            "|---|---|---|---|---|",
         ]
+        unreadable = []
         for host, outcome in diagnostics.hosts.items():
             facts = diagnostics.facts.get(host, {}).get("trainmedic_diagnostics", {})
-            xids = facts.get("xid_lines", []) if isinstance(facts, dict) else []
-            rc = facts.get("nvidia_smi_rc", "—") if isinstance(facts, dict) else "—"
-            lines.append(f"| {host} | {outcome} | {rc} | {cell('; '.join(xids[-2:])) or '—'} |")
+            if not isinstance(facts, dict):
+                facts = {}
+            xids = facts.get("xid_lines", [])
+            rc = facts.get("nvidia_smi_rc", "—")
+            kernel = kernel_log_state(facts)
+            if kernel.startswith("UNREADABLE"):
+                unreadable.append(f"{host} ({kernel.removeprefix('UNREADABLE: ')})")
+            lines.append(
+                f"| {host} | {outcome} | {rc} | {cell(kernel)} | "
+                f"{cell('; '.join(xids[-2:])) or '—'} |"
+            )
+        if unreadable:
+            lines += [
+                "",
+                "**Kernel evidence could not be read** on "
+                + cell("; ".join(unreadable))
+                + ": no Xid line from these nodes was considered. Check the privilege of the "
+                "kernel-log task (kernel.dmesg_restrict, sudo for the Ansible user).",
+            ]
     lines += ["", "## Decisions", ""] + [f"- {r}" for r in plan.reasons]
     lines += ["", "## Actions", "", *actions_table(actions)]
     lines += ["", "## Restart", ""]

@@ -24,6 +24,10 @@ MAX_NODES = 1024
 COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi")
 
 
+# A file in a node's directory: its kernel log is refused to an unprivileged reader.
+KERNEL_LOG_RESTRICTED = "dmesg_restrict"
+
+
 class NodeFault(StrEnum):
     healthy = "healthy"
     xid79 = "xid79"  # GPU fallen off the bus
@@ -178,6 +182,15 @@ class SimCluster:
         write_json_atomic(node_dir / "state.json", status.model_dump())
         append_kernel_log(node_dir, xid_lines(fault, gpu, pid=os.getpid()))
         return status
+
+    def restrict_kernel_log(self, name: str, restricted: bool = True) -> None:
+        """kernel.dmesg_restrict=1 on the node: its kernel log is refused without privilege
+        (the simulated nodes are reached without become)."""
+        flag = self.nodes_dir / self.check_node(name) / KERNEL_LOG_RESTRICTED
+        if restricted:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
 
     def repair(self, name: str) -> NodeStatus:
         """What the hardware team does: swap the part; the node comes back healthy."""

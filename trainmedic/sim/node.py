@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 
 from trainmedic.core.settings import get_settings
-from trainmedic.sim.cluster import NodeFault, NodeStatus, node_status, pci_bus_id
+from trainmedic.sim.cluster import (
+    KERNEL_LOG_RESTRICTED,
+    NodeFault,
+    NodeStatus,
+    node_status,
+    pci_bus_id,
+)
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 HEALTHY_BUSBW_GBPS = 46.0
@@ -101,6 +107,10 @@ def dmesg(node_dir: Path, argv: list[str]) -> int:
     status = node_status(node_dir)
     if status.fault is NodeFault.down:
         return _unreachable(status)
+    if (node_dir / KERNEL_LOG_RESTRICTED).exists():
+        # kernel.dmesg_restrict=1 and no privilege: util-linux dmesg's own words and status.
+        print("dmesg: read kernel buffer failed: Operation not permitted", file=sys.stderr)
+        return 1
     sys.stdout.write((node_dir / "kern.log").read_text())
     return 0
 

@@ -43,6 +43,12 @@ class Scheduler(ABC):
         """Return a drained node to service. Returns False if it was not drained."""
 
     @abstractmethod
+    def cancel_steps_on(self, job_id: str, node: str, reason: str) -> list[str]:
+        """Stop what ``job_id`` still runs on ``node`` (a node being isolated), and nothing
+        else: never another job, never the job's work elsewhere where the scheduler can tell
+        them apart. Returns what was cancelled (empty when nothing ran there)."""
+
+    @abstractmethod
     def request_checkpoint(self, job_id: str) -> bool:
         """Ask a running job to save a checkpoint now (the framework's save signal).
         Returns False if the job is not running."""

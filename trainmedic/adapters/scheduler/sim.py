@@ -205,6 +205,17 @@ class SimScheduler(Scheduler):
             records = sorted(state["jobs"].values(), key=lambda r: int(r["job_id"]))
             return [self._info(r) for r in records]
 
+    def cancel_steps_on(self, job_id: str, node: str, reason: str) -> list[str]:
+        """A simulated job is one process spanning its nodes (no steps to tell apart): what it
+        runs on ``node`` stops only by stopping it, and only when ``node`` is one of its own."""
+        try:
+            info = self.job(job_id)
+        except JobNotFound:  # gone, or never this scheduler's: nothing of it runs anywhere
+            return []
+        if info.state.finished or node not in info.nodes:
+            return []
+        return [info.job_id] if self.cancel(info.job_id, reason) else []
+
     def cancel(self, job_id: str, reason: str) -> bool:
         check_reason(reason)
         info = self.job(job_id)

@@ -4,7 +4,9 @@ Every call is ``subprocess.run`` with an argument list, a timeout and no shell; 
 that reaches an argument (job ids, node names, reasons) is validated first, so a hostile event
 can at worst be rejected with :class:`InputError`. Tested against Slurm 22.05 (Debian 12):
 ``squeue --json`` there ignores its filters, so single-job lookups use ``scontrol show job -o``
-and finished jobs the controller has purged come from the job-completion log (``sacct -c``).
+and finished jobs the controller has purged come from accounting (``sacct`` through
+slurmdbd, as most sites run it with ``JobCompType=jobcomp/none``); only where accounting is
+off, from the job-completion log (``sacct -c``); where both are off, only live jobs are known.
 
 Layout under ``root`` (must be on a filesystem the compute nodes share)::
 
@@ -17,9 +19,12 @@ Why this is race-free: the id is only known once sbatch returns, so nothing the 
 keyed by it. The batch script has its run directory's absolute path baked in and finds spec
 and meta there, already written. The ``jobs/<id>`` link is created twice, by the adapter as
 soon as sbatch prints the id and by the script when it starts, each time by an atomic rename,
-both pointing at the same target; whichever runs first wins nothing. A stale link left by an
-earlier cluster that recycled the id is replaced the same way. ``--comment trainmedic:<run>``
-lets the adapter find the run even if it died between sbatch and making the link.
+both pointing at the same target; whichever runs first wins nothing. Job ids are recycled (a
+reinstalled controller starts at 1 again), so a link is never trusted on its own: the job's
+``--comment trainmedic:<run>`` names its run, and a job whose comment names another run (or
+none: another user's job) is not the one the link points at. Only a job-completion record,
+which has no comment, falls back to the link, and only when that run was submitted right
+before Slurm's submit time.
 
 The training command: by default the simulated trainer ``python -m trainmedic.sim.job``
 with this interpreter; pass ``command=["srun", "python", "train.py"]`` (or set
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -47,11 +53,13 @@ from typing import Any
 
 from trainmedic.adapters.scheduler.base import Scheduler
 from trainmedic.adapters.scheduler.slurm_parse import (
+    ACCOUNTING_FIELDS,
     COMMENT_PREFIX,
+    JOBCOMP_FIELDS,
     PARTITION_RE,
     RUN_RE,
-    SACCT_FIELDS,
     SlurmJob,
+    node_list,
     parse_node_line,
     parse_sacct,
     parse_scontrol_job,
@@ -64,6 +72,19 @@ from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodeSta
 from trainmedic.core.settings import Settings
 
 __all__ = ["SlurmScheduler"]
+
+
+# What the submitter's environment hands a job: enough for a login-like shell, nothing of the
+# controller's own configuration or secrets.
+DEFAULT_EXPORT = tuple(str(Settings.model_fields["slurm_export"].default).split(","))
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_HISTORY_DISABLED = {
+    "accounting": "accounting storage is disabled",
+    "jobcomp": "job completion is disabled",
+}
+log = logging.getLogger(__name__)
+# Clock differences between the submitting host and slurmctld, and second-rounded times.
+LINK_SLACK = timedelta(seconds=5)
 
 
 class SlurmScheduler(Scheduler):
@@ -83,6 +104,7 @@ class SlurmScheduler(Scheduler):
         sbatch_args: Sequence[str] = (),
         slurm_conf: Path | None = None,
         history: timedelta = timedelta(days=7),
+        export: Sequence[str] = DEFAULT_EXPORT,
     ) -> None:
         """
         root: shared state dir (job dirs, logs, default checkpoints).
@@ -93,7 +115,9 @@ class SlurmScheduler(Scheduler):
         gpus: request ``--gpus-per-node=<spec.gpus_per_node>`` (needs GRES configured).
         sbatch_args: site-specific extra sbatch arguments from trusted configuration.
         slurm_conf: exported as SLURM_CONF to every call; inherited from the environment if None.
-        history: how far back :meth:`jobs` reads the job-completion log.
+        history: how far back :meth:`jobs` reads the job history.
+        export: the only variables of the submitter's environment the job gets (sbatch
+            ``--export``; Slurm's own SLURM_* always): never the controller's whole environment.
         """
         if partition is not None and not PARTITION_RE.match(partition):
             raise InputError("partition", partition, "letters, digits and _.- only")
@@ -110,6 +134,12 @@ class SlurmScheduler(Scheduler):
         self.sbatch_args = tuple(sbatch_args)
         self.history = history
         self.slurm_conf = slurm_conf
+        for name in export:
+            if not _ENV_NAME_RE.match(name):
+                raise ConfigError(f"slurm export={name!r}: want an environment variable name")
+        self.export = tuple(export)
+        # Which history sources Slurm said are disabled (asked once per adapter).
+        self._history_off: dict[str, bool] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SlurmScheduler:
@@ -127,6 +157,7 @@ class SlurmScheduler(Scheduler):
             command=command,
             gpus=settings.slurm_gpus,
             slurm_conf=settings.slurm_conf,
+            export=[n.strip() for n in settings.slurm_export.split(",") if n.strip()],
         )
 
     # ------------------------------------------------------------------------ subprocess
@@ -244,7 +275,8 @@ cd "$run_dir"
 
         args = ["sbatch", "--parsable", "--job-name", spec.name, "--nodes", str(spec.nodes),
                 "--output", str(run_dir / "logs" / "slurm-%j.out"), "--chdir", str(run_dir),
-                "--comment", f"{COMMENT_PREFIX}{run}"]  # fmt: skip
+                "--comment", f"{COMMENT_PREFIX}{run}",
+                "--export", ",".join(self.export) if self.export else "NONE"]  # fmt: skip
         if self.partition:
             args += ["--partition", self.partition]
         if spec.exclude:
@@ -280,14 +312,29 @@ cd "$run_dir"
     # ------------------------------------------------------------------------ lookup
 
     def _run_dir(self, job: SlurmJob) -> Path | None:
-        link = self._job_link(job.job_id)
-        if (link / "spec.json").is_file():
-            return link
+        """The run directory of ``job``, if trainmedic submitted it (see the module docstring:
+        the comment decides, a leftover ``jobs/<id>`` link of a recycled id never does)."""
         if job.comment.startswith(COMMENT_PREFIX):
             run = job.comment.removeprefix(COMMENT_PREFIX)
-            if RUN_RE.match(run) and (self.root / "runs" / run / "spec.json").is_file():
-                return self.root / "runs" / run
-        return None
+            run_dir = self.root / "runs" / run
+            if RUN_RE.match(run) and (run_dir / "spec.json").is_file():
+                return run_dir
+            return None
+        if job.comment or job.source != "jobcomp":
+            return None  # someone else's job, whatever a stale link says
+        link = self._job_link(job.job_id)
+        try:
+            meta = json.loads((link / "meta.json").read_text())
+            submitted = datetime.fromisoformat(meta["submitted_at"])
+        except (OSError, ValueError, KeyError):
+            return None
+        if job.submitted_at is None or not (
+            submitted - LINK_SLACK
+            <= job.submitted_at
+            <= submitted + timedelta(seconds=self.timeout_s) + LINK_SLACK
+        ):
+            return None
+        return link.resolve()
 
     def _info(self, job: SlurmJob, run_dir: Path | None = None) -> JobInfo:
         run_dir = run_dir or self._run_dir(job)
@@ -298,7 +345,9 @@ cd "$run_dir"
                 meta = json.loads((run_dir / "meta.json").read_text())
             except (OSError, ValueError) as exc:
                 raise SchedulerError(f"job {job.job_id}: unreadable {run_dir}: {exc}") from exc
-            job_dir = self._job_link(job.job_id)
+            link = self._job_link(job.job_id)
+            # The id's link names the run dir for humans; a stale one (recycled id) is not used.
+            job_dir = link if link.resolve() == run_dir.resolve() else run_dir
             checkpoint_dir = Path(meta.get("checkpoint_dir") or self._checkpoint_dir(spec))
         else:
             # Not submitted through trainmedic: describe it as far as Slurm can.
@@ -347,10 +396,28 @@ cd "$run_dir"
         raise JobNotFound(f"job {job_id}: unknown to Slurm (neither scontrol nor sacct -c)")
 
     def _sacct(self, selection: list[str]) -> list[SlurmJob]:
+        """Finished jobs from the site's job history: accounting (slurmdbd) where the site has
+        it, else the job-completion log, else none (then only live jobs are known)."""
         delimiter = "\x1f"  # not in any job name or node list Slurm accepts
-        args = ["sacct", "-c", "-P", "-n", f"--delimiter={delimiter}",
-                "-o", ",".join(SACCT_FIELDS), *selection]  # fmt: skip
-        return parse_sacct(self._check(args), delimiter)
+        for source, flags, fields in (
+            ("accounting", ["-X"], ACCOUNTING_FIELDS),
+            ("jobcomp", ["-c"], JOBCOMP_FIELDS),
+        ):
+            if self._history_off.get(source):
+                continue
+            args = ["sacct", *flags, "-P", "-n", f"--delimiter={delimiter}",
+                    "-o", ",".join(fields), *selection]  # fmt: skip
+            proc = self._call(args)
+            said = (proc.stdout + proc.stderr).lower()
+            if _HISTORY_DISABLED[source] in said:
+                # Slurm says so on stdout or stderr, with exit status 0 or 1 by version.
+                self._history_off[source] = True
+                log.info("slurm: %s is disabled at this site", source)
+                continue
+            if proc.returncode != 0:
+                raise SchedulerError(self._failure(args, proc))
+            return parse_sacct(proc.stdout, delimiter, fields)
+        return []
 
     def job(self, job_id: str) -> JobInfo:
         return self._info(self._slurm_job(validate.job_id(job_id)))
@@ -380,6 +447,26 @@ cd "$run_dir"
                 raise SchedulerError(f"job {job_id}: cannot record cancel reason: {exc}") from exc
         self._check(["scancel", job_id])
         return True
+
+    def cancel_steps_on(self, job_id: str, node: str, reason: str) -> list[str]:
+        """``scancel`` of each step of ``job_id`` whose nodes include ``node``: the job's own
+        steps only (``squeue --steps --jobs``), never another job, and not the ``extern`` step
+        (Slurm's own, on every node, ends with the job)."""
+        job_id, node = validate.job_id(job_id), validate.hostname(node)
+        validate_reason(reason)
+        listing = self._call(["squeue", "--steps", "--jobs", job_id, "-h", "-o", "%i|%N"])
+        if listing.returncode != 0:  # the job is gone: nothing of it runs anywhere
+            return []
+        cancelled = []
+        for line in listing.stdout.splitlines():
+            step, _, nodelist = line.strip().partition("|")
+            owner, _, name = step.partition(".")
+            if owner != job_id or not name or name == "extern":
+                continue
+            if node in node_list(nodelist):
+                self._check(["scancel", "--quiet", step])
+                cancelled.append(step)
+        return cancelled
 
     def request_checkpoint(self, job_id: str) -> bool:
         job = self.job(job_id)

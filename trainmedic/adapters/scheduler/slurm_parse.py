@@ -16,8 +16,11 @@ from trainmedic.core.errors import InputError, SchedulerError
 from trainmedic.core.models import JobState, NodeInfo, NodeState
 
 __all__ = [
+    "ACCOUNTING_FIELDS",
+    "JOBCOMP_FIELDS",
     "SlurmJob",
     "job_state",
+    "node_list",
     "node_state",
     "parse_exit_code",
     "parse_kv_line",
@@ -35,7 +38,12 @@ PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY_RE = re.compile(r"^[A-Z][A-Za-z0-9_:/]*=")
 _REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 _NO_NODES = {"", "(null)", "None", "None assigned", "(None)"}
-SACCT_FIELDS = ("jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "jobname")
+# The job name is last in both: a delimiter inside it is then harmless.
+ACCOUNTING_FIELDS = (
+    "jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "comment", "jobname",
+)  # fmt: skip
+# The job-completion log (``sacct -c``) has no comment field.
+JOBCOMP_FIELDS = ("jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "jobname")
 
 # Slurm job states (squeue/scontrol/sacct spelling) -> ours. COMPLETING stays "not finished"
 # because the epilog may still turn a node bad; CONFIGURING means nodes are still booting.
@@ -203,9 +211,12 @@ class SlurmJob:
     user: str = ""
     comment: str = ""
     node_count: int = 1
+    # Who said it: the controller (scontrol, squeue), accounting, or the job-completion log.
+    source: str = "controller"
 
 
-def _nodes(expr: str | None) -> tuple[str, ...]:
+def node_list(expr: str | None) -> tuple[str, ...]:
+    """The hosts of a Slurm node expression; none for Slurm's spellings of "no nodes"."""
     if expr is None or expr.strip() in _NO_NODES:
         return ()
     return tuple(validate.expand_nodelist(expr))
@@ -246,7 +257,7 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         job_id=validate.job_id(job_id),
         name=fields.get("JobName", ""),
         state=state,
-        nodes=_nodes(fields.get("NodeList")),
+        nodes=node_list(fields.get("NodeList")),
         exit_code=_finished_only(state, parse_exit_code(fields.get("ExitCode"))),
         reason=_slurm_reason(fields.get("Reason")),
         submitted_at=_slurm_time(fields.get("SubmitTime")),
@@ -278,7 +289,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 job_id=validate.job_id(job_id),
                 name=str(raw.get("name", "")),
                 state=state,
-                nodes=_nodes(raw.get("nodes")),
+                nodes=node_list(raw.get("nodes")),
                 exit_code=_finished_only(state, parse_exit_code(raw.get("exit_code"))),
                 reason=_slurm_reason(raw.get("state_reason")),
                 submitted_at=_slurm_time(raw.get("submit_time")),
@@ -291,20 +302,23 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     return jobs
 
 
-def parse_sacct(text: str, delimiter: str = "|") -> list[SlurmJob]:
-    """``sacct -c -P -n -o <SACCT_FIELDS>``; the job name is last so a delimiter in it is safe."""
+def parse_sacct(
+    text: str, delimiter: str = "|", fields: Sequence[str] = ACCOUNTING_FIELDS
+) -> list[SlurmJob]:
+    """``sacct -X -P -n -o <ACCOUNTING_FIELDS>`` (accounting), or ``sacct -c ... -o
+    <JOBCOMP_FIELDS>`` (the job-completion log): one job per line, steps skipped."""
     jobs = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split(delimiter, len(SACCT_FIELDS) - 1)
-        if len(parts) != len(SACCT_FIELDS):
-            raise SchedulerError(f"sacct -c: unexpected line {line[:200]!r}")
-        row = dict(zip(SACCT_FIELDS, parts, strict=True))
+        parts = line.split(delimiter, len(fields) - 1)
+        if len(parts) != len(fields):
+            raise SchedulerError(f"sacct: unexpected line {line[:200]!r}")
+        row = dict(zip(fields, parts, strict=True))
         if "." in row["jobid"]:  # job steps; the batch job itself carries the outcome
             continue
         state = job_state(row["state"])
-        nodes = _nodes(row["nodelist"])
+        nodes = node_list(row["nodelist"])
         jobs.append(
             SlurmJob(
                 job_id=validate.job_id(row["jobid"]),
@@ -316,7 +330,9 @@ def parse_sacct(text: str, delimiter: str = "|") -> list[SlurmJob]:
                 submitted_at=_slurm_time(row["submit"]),
                 ended_at=_finished_only(state, _slurm_time(row["end"])),
                 user=row["user"].split("(", 1)[0],
+                comment=row.get("comment", ""),
                 node_count=max(len(nodes), 1),
+                source="accounting" if "comment" in fields else "jobcomp",
             )
         )
     return jobs
