@@ -41,7 +41,7 @@ from trainmedic.core.models import (
 )
 from trainmedic.core.settings import get_settings
 from trainmedic.core.validate import compress_nodelist
-from trainmedic.decisions.attempts import attempts_so_far, same_failure_streak
+from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.guard import isolation_policy
 from trainmedic.decisions.remediation import plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
@@ -160,8 +160,9 @@ def _triage(request: TriageRequest) -> TriageResult:
         attempts=attempts_so_far(job, history),
         retry_budget=settings.retry_budget,
         drained=[n.name for n in scheduler.nodes() if n.state == "DRAINED"],
-        same_failure_streak=same_failure_streak(job, history, categories),
+        failure_streak=failure_streak(job, history),
         crash_loop_after=settings.crash_loop_after,
+        streak_categories=failure_categories(job, history, categories),
     )
 
     actions: list[ActionRecord] = []

@@ -47,7 +47,7 @@ def test_json_contract(tmp_path: Path) -> None:
         "file": str(log),
         "line": 1,
         "text": XID79.strip(),
-        "signature": "xid-79-fallen-off",
+        "signature": "xid-GPUFallenOff",  # generated from the Xid catalogue
     }
     assert set(result["remediation"]) == {"action", "auto_retry", "summary", "hints"}
     assert result["remediation"]["action"] == "isolate_and_retry"

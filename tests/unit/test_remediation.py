@@ -86,23 +86,37 @@ def test_every_category_has_a_layer_and_remediation() -> None:
     assert remediation_for(Category.ScriptError).action is Action.notify_owner
 
 
-def test_crash_loop_stops_and_pages() -> None:
-    from trainmedic.decisions.attempts import same_failure_streak
+def test_crash_loop_stops_and_pages_whatever_each_failure_was_diagnosed_as() -> None:
+    from trainmedic.decisions.attempts import failure_categories, failure_streak
 
     history = [job("1"), job("2", prev="1"), job("3", prev="2")]
-    categories = {"1": "NCCLTimeout", "2": "NCCLTimeout", "3": "NCCLTimeout"}
-    streak = same_failure_streak(history[-1], history, categories)
+    # Three misreadings of one fault: three different categories.
+    categories = {"1": "ECCError", "2": "NCCLTimeout", "3": "Unknown"}
+    streak = failure_streak(history[-1], history)
     assert streak == 3
-    assert same_failure_streak(history[-1], history, {**categories, "2": "ECCError"}) == 1
+    seen = failure_categories(history[-1], history, categories)
+    assert seen == ["Unknown", "NCCLTimeout", "ECCError"]
     plan = plan_remediation(
         diagnosis(Category.NCCLTimeout),
         history[-1],
         attempts=2,
-        same_failure_streak=streak,
+        retry_budget=10,  # far from spent: the crash loop is what stops it
+        failure_streak=streak,
         crash_loop_after=3,
+        streak_categories=seen,
     )
     assert not plan.restart and plan.page_oncall
-    assert any("crash loop" in r for r in plan.reasons)
+    assert any("crash loop: the last 3 runs" in r and "NCCLTimeout" in r for r in plan.reasons)
+
+
+def test_an_attempt_that_ended_well_ends_the_streak() -> None:
+    from trainmedic.core.models import JobState
+    from trainmedic.decisions.attempts import failure_streak
+
+    first = job("1").model_copy(update={"state": JobState.COMPLETED})
+    history = [first, job("2", prev="1"), job("3", prev="2")]
+    assert failure_streak(history[-1], history) == 2
+    assert failure_streak(job("9"), [job("9")]) == 1  # the failure at hand alone
 
 
 def test_llm_suggestion_waits_for_a_human() -> None:
@@ -110,3 +124,33 @@ def test_llm_suggestion_waits_for_a_human() -> None:
     plan = plan_remediation(suggested, job())
     assert not plan.restart and not plan.drain and plan.page_oncall
     assert any("LLM" in r for r in plan.reasons)
+
+
+XID13 = (
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', "
+    "name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction "
+    "Parameter"
+)
+XID48 = (
+    "NVRM: Xid (PCI:0000:cb:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double "
+    "bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0."
+)
+
+
+def test_an_application_xid_goes_to_the_owner_and_never_drains() -> None:
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    found = diagnose([LogSource.from_lines("node002-kernel.log", [XID13], host="node002")])
+    assert found.category is Category.CUDAError  # the label real reports carry
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.notify_owner and not plan.drain and not plan.locate and not plan.restart
+    assert any("application-class Xid" in r for r in plan.reasons)
+
+
+def test_hardware_evidence_beside_an_application_xid_wins() -> None:
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    found = diagnose([LogSource.from_lines("node002-kernel.log", [XID13, XID48], host="node002")])
+    assert found.category is Category.ECCError
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.drain == ("node002",) and not plan.notify_owner

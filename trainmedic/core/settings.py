@@ -96,7 +96,9 @@ class Settings(BaseSettings):
 
     # Recovery policy.
     retry_budget: int = Field(default=3, ge=0, le=50)
-    crash_loop_after: int = Field(default=3, ge=2, le=50, description="same failure N times")
+    crash_loop_after: int = Field(
+        default=3, ge=2, le=50, description="N failed attempts in a row, whatever the diagnosis"
+    )
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
     verify_timeout_s: float = Field(default=120.0, gt=0)
 

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from trainmedic.core.models import JobInfo
+from trainmedic.core.models import JobInfo, JobState
 
-__all__ = ["attempts_so_far", "resubmission_chain", "same_failure_streak"]
+__all__ = [
+    "FAILED_STATES",
+    "attempts_so_far",
+    "failure_categories",
+    "failure_streak",
+    "resubmission_chain",
+]
+
+# How an attempt that did not end well ends: a cancellation here is trainmedic's (a hung or
+# diverged job stopped before its resubmission).
+FAILED_STATES = frozenset(
+    {JobState.FAILED, JobState.NODE_FAIL, JobState.TIMEOUT, JobState.CANCELLED}
+)
 
 
 def resubmission_chain(job: JobInfo, history: Collection[JobInfo]) -> list[JobInfo]:
@@ -31,17 +43,21 @@ def attempts_so_far(job: JobInfo, history: Collection[JobInfo]) -> int:
     return len(resubmission_chain(job, history)) - 1
 
 
-def same_failure_streak(
-    job: JobInfo, history: Collection[JobInfo], categories: Mapping[str, str]
-) -> int:
-    """How many consecutive runs of this training run ended with the same category
-    (``categories`` maps job id → diagnosed category)."""
-    category = categories.get(job.job_id)
-    if not category:
-        return 0
+def failure_streak(job: JobInfo, history: Collection[JobInfo]) -> int:
+    """How many attempts of this training run failed in a row, ``job`` (the failure at hand)
+    included, whatever each was diagnosed as: three misreadings of one fault (ECC, then
+    NCCL timeout, then Unknown) are a crash loop as surely as three identical verdicts."""
     streak = 0
     for run in resubmission_chain(job, history):
-        if categories.get(run.job_id) != category:
-            break
+        if run is not job and run.state not in FAILED_STATES:
+            break  # an attempt that ended otherwise (completed, or still running) ends the run
         streak += 1
     return streak
+
+
+def failure_categories(
+    job: JobInfo, history: Collection[JobInfo], categories: Mapping[str, str]
+) -> list[str]:
+    """What each attempt of the streak was diagnosed as, newest first (for the report)."""
+    chain = resubmission_chain(job, history)[: failure_streak(job, history)]
+    return [categories.get(run.job_id, "?") for run in chain]

@@ -7,13 +7,14 @@ its reason, so the report can say *why* a node was drained or a job was not retr
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from pydantic import BaseModel, Field
 
 from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.diagnosis import suspect_hosts
+from trainmedic.diagnosis.xid import APPLICATION_XID
 
 _RANK_RE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
 GC_INTERVAL_STEPS = 50
@@ -30,6 +31,20 @@ class Plan(BaseModel):
     notify_owner: bool = False
     page_oncall: bool = False
     reasons: tuple[str, ...] = ()
+
+
+# Evidence that a node's hardware is at fault: with it, an application Xid is not the story.
+HARDWARE_CATEGORIES = frozenset({Category.GPUFallenOff, Category.ECCError, Category.NVLinkError})
+
+
+def application_fault(diagnosis: Diagnosis) -> bool:
+    """A GPU fault NVIDIA's catalogue calls the application's (Xid 13, 31, 43, 45, ...), with
+    no hardware evidence (a hardware Xid, ECC or NVLink line, telemetry) anywhere in the logs."""
+    if diagnosis.category is not Category.CUDAError:
+        return False
+    signatures = {e.signature for e in diagnosis.evidence}
+    hardware = any(e.category in HARDWARE_CATEGORIES for e in diagnosis.evidence)
+    return APPLICATION_XID in signatures and not hardware
 
 
 def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
@@ -55,8 +70,9 @@ def plan_remediation(
     attempts: int = 0,
     retry_budget: int = 3,
     drained: Collection[str] = (),
-    same_failure_streak: int = 1,
+    failure_streak: int = 1,
     crash_loop_after: int = 3,
+    streak_categories: Sequence[str] = (),
 ) -> Plan:
     action = diagnosis.remediation.action
     reasons: list[str] = [
@@ -71,6 +87,19 @@ def plan_remediation(
         )
         return Plan(
             action=Action.investigate, origin_node=origin, page_oncall=True, reasons=tuple(reasons)
+        )
+
+    if application_fault(diagnosis):
+        reasons.append(
+            "an application-class Xid (NVIDIA: the application's own fault, e.g. an illegal "
+            "memory access or an MMU fault) and no hardware evidence beside it: sent to the job "
+            "owner; no node is drained or tested, the job is not retried automatically"
+        )
+        return Plan(
+            action=Action.notify_owner,
+            origin_node=origin,
+            notify_owner=True,
+            reasons=tuple(reasons),
         )
 
     if not diagnosis.remediation.auto_retry:
@@ -90,10 +119,11 @@ def plan_remediation(
             reasons=tuple(reasons),
         )
 
-    if same_failure_streak >= crash_loop_after:
+    if failure_streak >= crash_loop_after:
+        seen = f" (diagnosed as {', '.join(streak_categories)})" if streak_categories else ""
         reasons.append(
-            f"crash loop: the same {diagnosis.category} ended the last {same_failure_streak} runs "
-            "of this training job; stopping automatic resubmission and paging on-call"
+            f"crash loop: the last {failure_streak} runs of this training job failed{seen}; "
+            "stopping automatic resubmission and paging on-call"
         )
         return Plan(action=action, origin_node=origin, page_oncall=True, reasons=tuple(reasons))
 

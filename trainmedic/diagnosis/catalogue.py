@@ -12,6 +12,8 @@ from pathlib import Path
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis.xid import APPLICATION_XID, codes_for, load_xid_catalogue
+from trainmedic.diagnosis.xid import lookup as _lookup
 
 __all__ = [
     "MASK",
@@ -115,12 +117,68 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
     )
 
 
+def lookup_kind(code: int) -> str:
+    entry = _lookup(code)
+    return entry.kind if entry else ""
+
+
+_XID_CODE_RE = re.compile(r"Xid \([^)]*\):? *(\d+)\b")
+
+
+def _xid_signatures(table: dict[str, object], origin: str) -> list[Signature]:
+    """One signature per category of NVIDIA's Xid catalogue (data/xid_catalogue.csv) that the
+    ``[xid]`` table weighs; each example goes to the signature of its code."""
+    try:
+        template = str(table["regex"])
+        weights = {Category(str(k)): float(v) for k, v in dict(table["weights"]).items()}  # type: ignore[call-overload]
+        application_weight = float(table["application_weight"])  # type: ignore[arg-type]
+        examples = [str(e) for e in table.get("examples", [])]  # type: ignore[attr-defined]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{origin}: bad [xid] table: {exc}") from exc
+    by_code: dict[int, list[str]] = {}
+    for example in examples:
+        found = _XID_CODE_RE.search(example)
+        if found is None:
+            raise ConfigError(f"{origin}: [xid] example without an Xid code: {example!r}")
+        by_code.setdefault(int(found[1]), []).append(example)
+    groups: list[tuple[str, Category, float, list[int]]] = []
+    for category, weight in weights.items():
+        codes = sorted(c for c in codes_for(category) if lookup_kind(c) != "application")
+        groups.append((f"xid-{category.value}", category, weight, codes))
+    # Application-class Xids: the job's own fault, told apart by their signature id so that
+    # the remediation plan sends them to the owner and never to a drain.
+    application = sorted(c for c, e in load_xid_catalogue().items() if e.kind == "application")
+    groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application))
+    signatures = []
+    for sig_id, category, weight, codes in groups:
+        if not codes:
+            continue
+        signatures.append(
+            _signature_from_table(
+                {
+                    "id": sig_id,
+                    "category": category.value,
+                    "weight": weight,
+                    "regex": template.replace("{codes}", "|".join(map(str, codes))),
+                    "examples": [e for c in codes for e in by_code.get(c, [])],
+                },
+                origin,
+            )
+        )
+    return signatures
+
+
 def parse_catalogue(text: str, origin: str = "signatures.toml") -> Catalogue:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
-    signatures = tuple(_signature_from_table(e, origin) for e in data.get("signature", []))
+    signatures = tuple(
+        [
+            *(_xid_signatures(data["xid"], origin) if "xid" in data else []),
+            *(_signature_from_table(e, origin) for e in data.get("signature", [])),
+        ]
+    )
     ids = [s.id for s in signatures]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

@@ -22,6 +22,7 @@ from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm
 from trainmedic.diagnosis.loss import find_loss_spike
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
+from trainmedic.diagnosis.xid import codes_for
 
 __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
 
@@ -33,9 +34,10 @@ MAX_WINNER_EVIDENCE = 8
 MAX_OTHER_EVIDENCE = 6
 MAX_LOCATIONS = 4
 
-XID_FALLEN_OFF = frozenset({79})
-XID_ECC = frozenset({48, 63, 64, 92, 94, 95, 140})
-XID_NVLINK = frozenset({74, 144, 145, 146, 147, 148, 149, 150})
+# The telemetry path reads Xids through the same catalogue as the log signatures.
+XID_FALLEN_OFF = codes_for(Category.GPUFallenOff)
+XID_ECC = codes_for(Category.ECCError)
+XID_NVLINK = codes_for(Category.NVLinkError)
 HOT_GPU_C = 90.0
 
 # What a fault typically drags along on the same or other ranks: these do not count as

@@ -1,0 +1,75 @@
+"""NVIDIA's Xid catalogue as data (``data/xid_catalogue.csv``, read from NVIDIA's public
+catalogue; see ``data/README.md``): what each Xid code means, whether the hardware or the
+application is at fault, NVIDIA's immediate resolution, and the trainmedic category.
+
+One table serves every path that sees an Xid: the log signatures generated from it
+(:mod:`trainmedic.diagnosis.catalogue`) and the telemetry readings (the DCGM exporter's last
+Xid). Application-class Xids (13, 31, 43, 45, 68, 109, ...) are the job's own fault: their
+category sends the job to its owner, never a node to a drain.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from trainmedic.core.errors import ConfigError
+from trainmedic.core.taxonomy import Category
+
+__all__ = ["APPLICATION_XID", "XidEntry", "codes_for", "load_xid_catalogue", "lookup"]
+
+# The signature id of application-class Xid lines (the job's own fault).
+APPLICATION_XID = "xid-application"
+
+KINDS = frozenset({"hardware", "application", "driver", "informational"})
+
+
+@dataclass(frozen=True)
+class XidEntry:
+    code: int
+    mnemonic: str
+    description: str
+    kind: str
+    immediate_action: str
+    category: Category
+
+
+def parse_xid_catalogue(text: str, origin: str = "xid_catalogue.csv") -> dict[int, XidEntry]:
+    entries: dict[int, XidEntry] = {}
+    for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        try:
+            entry = XidEntry(
+                code=int(row["code"]),
+                mnemonic=row["mnemonic"],
+                description=row["description"],
+                kind=row["kind"],
+                immediate_action=row["immediate_action"],
+                category=Category(row["category"]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{origin}:{number}: bad row: {exc}") from exc
+        if entry.kind not in KINDS:
+            raise ConfigError(f"{origin}:{number}: kind {entry.kind!r} not one of {sorted(KINDS)}")
+        if entry.code in entries:
+            raise ConfigError(f"{origin}:{number}: Xid {entry.code} listed twice")
+        entries[entry.code] = entry
+    return entries
+
+
+@cache
+def load_xid_catalogue() -> dict[int, XidEntry]:
+    text = resources.files("trainmedic.diagnosis").joinpath("data", "xid_catalogue.csv")
+    return parse_xid_catalogue(text.read_text(encoding="utf-8"))
+
+
+def lookup(code: int) -> XidEntry | None:
+    return load_xid_catalogue().get(code)
+
+
+@cache
+def codes_for(category: Category) -> frozenset[int]:
+    """Every Xid code the catalogue files under ``category``."""
+    return frozenset(e.code for e in load_xid_catalogue().values() if e.category is category)
