@@ -1,8 +1,10 @@
 """Runbook `rollback`: the loss spiked (or went NaN) and did not come back.
 
-load job → read its loss curve → where did the spike begin → newest valid checkpoint
-before it → (approval, if asked) → stop the diverged job → resubmit from that checkpoint,
-skipping the data batches from the checkpoint through the spike → verify → report
+load job → read its loss curve → where did the spike begin (it must be in the curve at or
+before the reported step; if not, a human decides, and no answer is no) → newest valid
+checkpoint before it → retry budget and crash loop (page instead) → (approval, if asked) →
+stop the diverged job → resubmit from that checkpoint, skipping the data batches from the
+checkpoint through the spike → verify → report
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, pause_flow_run
 from prefect.artifacts import create_markdown_artifact
+from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,8 +25,12 @@ from flows.tasks import (
     stop_job,
 )
 from trainmedic.adapters import checkpoints
+from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core.errors import CheckpointError
 from trainmedic.core.models import ActionRecord, JobId
-from trainmedic.decisions.training import spike_start
+from trainmedic.core.settings import get_settings
+from trainmedic.decisions.attempts import attempts_so_far, failure_streak
+from trainmedic.decisions.training import at_step, spike_start
 from trainmedic.reports.recovery import rollback_report
 
 
@@ -52,15 +59,43 @@ class RollbackResult(BaseModel):
     skip_batches: tuple[int, int] | None
     new_job_id: str | None
     report_id: str
+    acted: bool = True  # False: a human or the budget said no; nothing was stopped
 
 
 @flow(name="rollback", log_prints=True)
 def rollback(request: RollbackRequest) -> RollbackResult:
-    logger = get_run_logger()
     with job_lock(request.job_id):
-        job = load_job(request.job_id)
-        history = read_loss_history(job)
-        spike = spike_start(history, request.reported_step)
+        return roll_back(request)
+
+
+def roll_back(request: RollbackRequest) -> RollbackResult:
+    """The runbook's steps, for a caller that holds the job's lock (triage, for a loss spike
+    it diagnosed)."""
+    logger = get_run_logger()
+    settings = get_settings()
+    job = load_job(request.job_id)
+    history = read_loss_history(job)
+    actions: list[ActionRecord] = []
+    spike = spike_start(history, request.reported_step)
+    approval_needed = request.require_approval
+    if spike is None:
+        # Reported, but not in the curve: nothing is stopped unless a human says so.
+        logger.warning(
+            "job %s: no loss spike in its curve at or before step %s: asking a human",
+            job.job_id,
+            request.reported_step,
+        )
+        approval_needed = True
+        spike = at_step(history, request.reported_step or 0) or history[-1]
+        actions.append(
+            ActionRecord(
+                what="verify spike",
+                target=f"job {job.job_id}",
+                outcome=f"no spike or NaN in the loss curve up to step {request.reported_step}: "
+                "not acted on without a human",
+            )
+        )
+    else:
         logger.info(
             "job %s: loss spike began at step %d (batch %d, loss %.4g)",
             job.job_id,
@@ -68,57 +103,61 @@ def rollback(request: RollbackRequest) -> RollbackResult:
             spike.batch,
             spike.loss,
         )
-        found = checkpoints.scan(Path(job.checkpoint_dir))
-        target, skip = checkpoints.rollback_plan(
-            found, spike_step=spike.step, spike_batch=spike.batch
+    target, invalid = checkpoints.newest_valid_in(
+        Path(job.checkpoint_dir), before_step=spike.step, run_id=job.spec.run_id
+    )
+    if target is None:
+        raise CheckpointError(
+            f"job {job.job_id}: no valid checkpoint before step {spike.step}"
+            + "".join(f"; skipped {c.step} ({c.problem})" for c in invalid)
         )
-        logger.info("roll back to step %d, skip batches %d-%d", target.step, *skip)
+    skip = checkpoints.skip_range(target, spike.batch)
+    logger.info("roll back to step %d, skip batches %d-%d", target.step, *skip)
 
-        actions: list[ActionRecord] = []
-        approved = True
-        if request.require_approval and not request.dry_run:
-            answer = pause_flow_run(
-                wait_for_input=RollbackApproval.with_initial_data(approve=True),
-                timeout=request.approval_timeout_s,
+    history_jobs = get_scheduler().jobs()
+    attempts = attempts_so_far(job, history_jobs)
+    streak = failure_streak(job, history_jobs)
+    approved = True
+    if attempts >= settings.retry_budget or streak >= settings.crash_loop_after:
+        approved = False
+        actions.append(
+            ActionRecord(
+                what="page on-call",
+                target="on-call",
+                outcome=f"not rolled back again: {attempts} resubmissions (budget "
+                f"{settings.retry_budget}), {streak} failed attempts in a row",
             )
-            approved = answer.approve
-            actions.append(
-                ActionRecord(
-                    what="approval",
-                    target="on-call",
-                    outcome=("approved" if approved else "rejected")
-                    + (f": {answer.note}" if answer.note else ""),
-                )
-            )
-        new_job = None
-        if approved:
-            actions.append(
-                stop_job(
-                    job, f"trainmedic rollback: loss spike at step {spike.step}", request.dry_run
-                )
-            )
-            new_job, restarted = restart_from(
-                job,
-                target,
-                exclude=list(job.spec.exclude),
-                changes={"skip_batches": skip},
-                dry_run=request.dry_run,
-            )
-            actions.extend(restarted)
-        report_id = create_markdown_artifact(
-            key=f"rollback-{job.job_id}",
-            markdown=rollback_report(
-                job=job,
-                spike=spike,
-                checkpoint=target,
-                skip=skip,
-                invalid=[c for c in found if not c.valid],
-                actions=actions,
-                new_job=new_job,
-                dry_run=request.dry_run,
-            ),
-            description=f"Rollback of job {job.job_id} after a loss spike",
         )
+    elif approval_needed and not request.dry_run:
+        approved, outcome = _ask(job.job_id, spike.step, request.approval_timeout_s)
+        actions.append(ActionRecord(what="approval", target="on-call", outcome=outcome))
+    new_job = None
+    if approved:
+        actions.append(
+            stop_job(job, f"trainmedic rollback: loss spike at step {spike.step}", request.dry_run)
+        )
+        new_job, restarted = restart_from(
+            job,
+            target,
+            exclude=list(job.spec.exclude),
+            changes={"skip_batches": skip},
+            dry_run=request.dry_run,
+        )
+        actions.extend(restarted)
+    report_id = create_markdown_artifact(
+        key=f"rollback-{job.job_id}",
+        markdown=rollback_report(
+            job=job,
+            spike=spike,
+            checkpoint=target,
+            skip=skip,
+            invalid=invalid,
+            actions=actions,
+            new_job=new_job,
+            dry_run=request.dry_run,
+        ),
+        description=f"Rollback of job {job.job_id} after a loss spike",
+    )
     return RollbackResult(
         job_id=job.job_id,
         spike_step=spike.step,
@@ -126,4 +165,19 @@ def rollback(request: RollbackRequest) -> RollbackResult:
         skip_batches=skip if approved else None,
         new_job_id=new_job.job_id if new_job else None,
         report_id=str(report_id),
+        acted=approved,
     )
+
+
+def _ask(job_id: str, step: int, timeout_s: int) -> tuple[bool, str]:
+    """Pause for a human. The form's default is reject, and no answer is a reject: a
+    rollback stops a job and skips its data, so only a yes acts."""
+    try:
+        answer = pause_flow_run(
+            wait_for_input=RollbackApproval.with_initial_data(approve=False),
+            timeout=timeout_s,
+        )
+    except FlowPauseTimeout:
+        return False, f"no answer within {timeout_s} s: nothing done"
+    verdict = "approved" if answer.approve else "rejected"
+    return answer.approve, verdict + (f": {answer.note}" if answer.note else "")

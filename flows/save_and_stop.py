@@ -43,8 +43,11 @@ def save_and_stop(request: SaveAndStopRequest) -> SaveAndStopResult:
         job = load_job(request.job_id)
         if job.state.finished:
             raise SchedulerError(f"job {job.job_id} is not running ({job.state}): nothing to stop")
-        before = [c for c in checkpoints.scan(Path(job.checkpoint_dir)) if c.valid]
-        newest_before = before[-1].step if before else -1
+        # Only which step is newest matters here: manifest and sizes, no checksums.
+        before, _ = checkpoints.newest_valid_in(
+            Path(job.checkpoint_dir), run_id=job.spec.run_id, deep=False
+        )
+        newest_before = before.step if before else -1
         saved = None
         if request_checkpoint(job, request.dry_run):
             saved = wait_for_checkpoint(job, newest_before, request.save_timeout_s)

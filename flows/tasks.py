@@ -194,20 +194,35 @@ def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
 
 @task(name="choose-checkpoint", cache_policy=NO_CACHE)
 def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoint | None:
-    """The newest complete checkpoint whose checksums match (partial/truncated ones skipped).
+    """The newest complete checkpoint of this training run whose checksums match (partial,
+    truncated and other runs' checkpoints skipped), never later than the job's last progress.
 
     None when the job never wrote one (it died before its first save): it starts over, which
     loses nothing. Checkpoints that all fail validation are different: starting over would
     throw away the whole run, so that raises for a human to decide.
     """
-    found = checkpoints.scan(Path(job.checkpoint_dir))
     logger = get_run_logger()
-    if not found:
+    directory = Path(job.checkpoint_dir)
+    if not checkpoints.checkpoint_dirs(directory):
         logger.warning("job %s never saved a checkpoint: it starts from the beginning", job.job_id)
         return None
-    for bad in (c for c in found if not c.valid):
+    progress = heartbeat_step(Path(job.heartbeat_path))
+    bound = before_step
+    if progress is not None:
+        # A checkpoint past the job's own progress is not its own (a stale directory).
+        bound = min(bound, progress + 1) if bound is not None else progress + 1
+    chosen, skipped = checkpoints.newest_valid_in(
+        directory, before_step=bound, run_id=job.spec.run_id
+    )
+    for bad in skipped:
         logger.warning("skipping checkpoint step %d: %s", bad.step, bad.problem)
-    chosen = checkpoints.newest_valid(found, before_step=before_step)
+    if chosen is None:
+        where = f" before step {bound}" if bound is not None else ""
+        problems = ", ".join(f"{c.step} ({c.problem})" for c in skipped)
+        raise CheckpointError(
+            f"job {job.job_id}: no valid checkpoint{where}"
+            + (f"; skipped invalid: {problems}" if problems else "")
+        )
     logger.info("restart checkpoint: step %d (%s)", chosen.step, chosen.path)
     return chosen
 
@@ -358,9 +373,15 @@ def wait_for_checkpoint(job: JobInfo, newer_than: int, timeout_s: float) -> Chec
     """Wait for a valid checkpoint newer than ``newer_than`` to land."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = [c for c in checkpoints.scan(Path(job.checkpoint_dir)) if c.valid]
-        if found and found[-1].step > newer_than:
-            return found[-1]
+        # While polling, the manifest and the shard sizes only: the checksums of a checkpoint
+        # that is still being written would be hashed for nothing, again and again.
+        found, _ = checkpoints.newest_valid_in(
+            Path(job.checkpoint_dir), run_id=job.spec.run_id, deep=False
+        )
+        if found is not None and found.step > newer_than:
+            checked = checkpoints.verify(Path(found.path), run_id=job.spec.run_id)
+            if checked.valid:
+                return checked
         if get_scheduler().job(job.job_id).state.finished:
             break
         time.sleep(0.5)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
+from flows.rollback import RollbackRequest, roll_back
 from flows.tasks import (
     choose_checkpoint,
     collect_node_diagnostics,
@@ -40,6 +41,7 @@ from trainmedic.core.models import (
     PlaybookResult,
 )
 from trainmedic.core.settings import get_settings
+from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.guard import isolation_policy
@@ -168,7 +170,10 @@ def _triage(request: TriageRequest) -> TriageResult:
     actions: list[ActionRecord] = []
     run_name = flow_run.get_name() or "local"
     restarting = plan.restart and request.restart
-    if restarting and not job.state.finished:
+    # A loss spike or NaN goes down the rollback path: an earlier checkpoint and the batches
+    # through the spike skipped, once the curve shows it (the rollback stops the job itself).
+    rolling_back = restarting and plan.action is Action.rollback
+    if restarting and not rolling_back and not job.state.finished:
         # A hung job still holds its nodes: stop it before they are tested or reused.
         actions.append(
             stop_job(job, f"trainmedic triage {run_name}: {diagnosis.category}", request.dry_run)
@@ -212,7 +217,25 @@ def _triage(request: TriageRequest) -> TriageResult:
 
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
-    if restarting:
+    if rolling_back:
+        rolled = roll_back(
+            RollbackRequest(job_id=job.job_id, event="triage", dry_run=request.dry_run)
+        )
+        actions.append(
+            ActionRecord(
+                what="rollback",
+                target=f"job {job.job_id}",
+                changed=rolled.acted,
+                outcome=(
+                    f"from step {rolled.checkpoint_step}, batches {rolled.skip_batches} skipped"
+                    if rolled.acted
+                    else "not rolled back (see the rollback report)"
+                ),
+            )
+        )
+        if rolled.new_job_id:
+            new_job = get_scheduler().job(rolled.new_job_id)
+    elif restarting:
         checkpoint = choose_checkpoint(job)
         new_job, restarted = restart_from(
             job,

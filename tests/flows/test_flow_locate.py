@@ -49,7 +49,7 @@ def test_finds_faulty_and_slow_in_two_rounds_and_drains_the_approved_subset(
     run_name = unique_run_name("locate-subset")
     thread, box = run_in_thread(locate_faulty_nodes, request, run_name)
 
-    run_id = wait_paused(run_name)
+    run_id = wait_paused(run_name, box=box)
     assert drained(scheduler) == {}  # nothing before the human answers
     # node001 is not a candidate: an approval narrows an isolation, never widens it.
     resume_flow_run(
@@ -214,7 +214,7 @@ def test_rejected_isolation_drains_nothing(prefect_server, sim) -> None:
         LocateRequest(nodes=HALF, isolate=True, policy=policy, approval_timeout_s=120),
         run_name,
     )
-    resume_flow_run(wait_paused(run_name), run_input={"decision": "reject"})
+    resume_flow_run(wait_paused(run_name, box=box), run_input={"decision": "reject"})
     thread.join(timeout=60)
     assert "error" not in box, box.get("error")
     result = box["result"]

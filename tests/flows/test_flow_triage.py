@@ -137,3 +137,33 @@ def test_job_that_never_saved_starts_over(prefect_server, sim) -> None:
     new = scheduler.job(result.new_job_id)
     assert new.spec.resume_from_step is None and failed.nodes[0] not in new.nodes
     assert "restarted from the beginning" in report(result)
+
+
+def test_a_stale_checkpoint_of_an_earlier_run_is_never_resumed(prefect_server, sim) -> None:
+    """An earlier training run of the same name left iter_0000800 in the shared checkpoint
+    directory; this run reached step ~65. The restart resumes from this run's own newest."""
+    import json
+
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="reused", nodes=3, steps=100_000, checkpoint_every=20))
+    stale = Path(job.checkpoint_dir) / checkpoints.checkpoint_dirname(800)
+    stale.mkdir(parents=True)
+    (stale / "model.pt").write_bytes(b"old weights")
+    (stale / checkpoints.MANIFEST).write_text(
+        json.dumps(
+            {
+                "step": 800,
+                "batch": 800,
+                "files": {"model.pt": checkpoints.sha256_file(stale / "model.pt")},
+                "run": "reused-an-earlier-run",
+            }
+        )
+    )
+    wait_step(job, 65)
+    sim[0].inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    result = triage(TriageRequest(job_id=failed.job_id, event="job.failed"))
+    assert result.checkpoint_step is not None and result.checkpoint_step < 100
+    assert scheduler.job(result.new_job_id).spec.resume_from_step == result.checkpoint_step

@@ -49,7 +49,7 @@ def test_server_restart_while_paused_for_approval(own_server: Stack, sim) -> Non
     run_name = unique_run_name("locate-restart")
     # The fixture's settings context (this server's URL) is copied into the flow's thread.
     thread, box = run_in_thread(locate_faulty_nodes, request, run_name)
-    run_id = wait_paused(run_name, timeout=120)
+    run_id = wait_paused(run_name, timeout=120, box=box)
 
     own_server.server.stop()
     assert not own_server.healthy()

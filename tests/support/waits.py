@@ -54,19 +54,28 @@ def unique_run_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def wait_paused(run_name: str, timeout: float = 90) -> UUID:
-    """The id of the flow run named ``run_name`` once it is paused (waiting for a human)."""
+def wait_paused(run_name: str, timeout: float = 90, box: dict | None = None) -> UUID:
+    """The id of the flow run named ``run_name`` once it is paused (waiting for a human).
+    ``box``: the run's thread result (run_in_thread): an error there ends the wait at once."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
+    seen: dict[str, str] = {}
+
     def paused() -> UUID | None:
+        if box is not None and "error" in box:
+            raise AssertionError(f"flow run {run_name} failed before pausing: {box['error']!r}")
         with get_client(sync_client=True) as client:
             runs = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run_name]))
             )
+        seen["state"] = ", ".join(str(r.state.name if r.state else "?") for r in runs) or "none"
         return next((r.id for r in runs if r.state is not None and r.state.is_paused()), None)
 
-    return wait_until(paused, timeout, f"flow run {run_name} paused for approval", interval=0.5)
+    try:
+        return wait_until(paused, timeout, f"flow run {run_name} paused", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (its state: {seen.get('state', 'never read')})") from None
 
 
 def run_in_thread(flow: Any, request: Any, run_name: str) -> tuple[threading.Thread, dict]:

@@ -251,7 +251,7 @@ def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Pa
     thread, box = run_in_thread(locate_faulty_nodes, request, run_name)
     run_id: UUID | None = None
     try:
-        run_id = wait_paused(run_name, timeout=120)
+        run_id = wait_paused(run_name, timeout=120, box=box)
         page = browse(f"{embedded.ui_url}/runs/flow-run/{run_id}", tmp_path, "locate-paused")
         print(f"\npaused locate screenshot: {page.png}")
         assert "Paused" in page.dom

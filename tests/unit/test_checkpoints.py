@@ -8,7 +8,13 @@ from trainmedic.core.errors import CheckpointError
 
 
 def make_checkpoint(
-    root: Path, step: int, *, batch: int | None = None, manifest: bool = True, loss: float = 2.0
+    root: Path,
+    step: int,
+    *,
+    batch: int | None = None,
+    manifest: bool = True,
+    loss: float = 2.0,
+    run: str | None = None,
 ) -> Path:
     path = root / checkpoints.checkpoint_dirname(step)
     path.mkdir(parents=True)
@@ -21,6 +27,8 @@ def make_checkpoint(
                     "batch": step if batch is None else batch,
                     "loss": loss,
                     "files": {"model.pt": checkpoints.sha256_file(path / "model.pt")},
+                    "sizes": {"model.pt": (path / "model.pt").stat().st_size},
+                    **({"run": run} if run else {}),
                 }
             )
         )
@@ -36,7 +44,7 @@ def test_newest_valid_skips_partial_and_truncated(tmp_path: Path) -> None:
     found = checkpoints.scan(tmp_path)
     assert [c.step for c in found] == [100, 150, 200, 250]
     assert [c.valid for c in found] == [True, True, False, False]
-    assert "checksum" in found[2].problem
+    assert "truncated" in found[2].problem  # its size differs from the manifest's
     assert "no manifest" in found[3].problem
     assert checkpoints.newest_valid(found).step == 150
 
@@ -73,3 +81,39 @@ def test_rollback_plan_skips_batches_through_the_spike(tmp_path: Path) -> None:
     target, skip = checkpoints.rollback_plan(found, spike_step=270, spike_batch=300)
     assert target.step == 200
     assert skip == (231, 300)
+
+
+def test_newest_first_stops_at_the_first_valid_and_hashes_each_shard_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for step in (100, 150, 200):
+        make_checkpoint(tmp_path, step)
+    corrupt = make_checkpoint(tmp_path, 250)
+    (corrupt / "model.pt").write_bytes(b"x" * (corrupt / "model.pt").stat().st_size)
+    hashed: list[str] = []
+    real = checkpoints.sha256_file
+    monkeypatch.setattr(
+        checkpoints, "sha256_file", lambda p: hashed.append(p.parent.name) or real(p)
+    )
+    chosen, skipped = checkpoints.newest_valid_in(tmp_path)
+    assert chosen is not None and chosen.step == 200
+    assert [c.step for c in skipped] == [250] and "checksum" in (skipped[0].problem or "")
+    assert hashed == ["iter_0000250", "iter_0000200"]  # 150 and 100 never read
+    checkpoints.newest_valid_in(tmp_path)
+    assert hashed == ["iter_0000250", "iter_0000200"]  # cached by (path, size, mtime)
+
+
+def test_another_training_runs_checkpoint_is_never_chosen(tmp_path: Path) -> None:
+    make_checkpoint(tmp_path, 100, run="gpt-A")
+    make_checkpoint(tmp_path, 800, run="gpt-OLD")  # a stale directory of the same name
+    chosen, skipped = checkpoints.newest_valid_in(tmp_path, run_id="gpt-A")
+    assert chosen is not None and chosen.step == 100
+    assert skipped[0].step == 800 and "another training run" in (skipped[0].problem or "")
+
+
+def test_polling_checks_sizes_without_hashing(tmp_path: Path, monkeypatch) -> None:
+    truncated = make_checkpoint(tmp_path, 100)
+    (truncated / "model.pt").write_bytes(b"short")
+    monkeypatch.setattr(checkpoints, "sha256_file", lambda p: pytest.fail("hashed while polling"))
+    chosen, skipped = checkpoints.newest_valid_in(tmp_path, deep=False)
+    assert chosen is None and skipped[0].problem == "model.pt truncated"

@@ -433,7 +433,9 @@ def test_submit_writes_run_dir_and_links_job_id(tmp_path: Path, fake: FakeSlurm)
 
     assert info.job_id == "42"
     assert info.state is JobState.PENDING
-    assert info.spec == spec
+    # A first submission starts a training run: it gets the run's identity, nothing else.
+    assert info.spec.run_id is not None and info.spec.run_id.startswith("llama-7b-")
+    assert info.spec.model_copy(update={"run_id": None}) == spec
     sbatch = fake.calls[0]
     assert sbatch[:2] == ["sbatch", "--parsable"]
     assert sbatch[sbatch.index("--nodes") + 1] == "2"
@@ -442,7 +444,8 @@ def test_submit_writes_run_dir_and_links_job_id(tmp_path: Path, fake: FakeSlurm)
     link = tmp_path / "jobs" / "42"
     assert link.is_symlink()
     assert not os.readlink(link).startswith("/")  # relative: the root can be moved
-    assert json.loads((link / "spec.json").read_text()) == json.loads(spec.model_dump_json())
+    assert json.loads((link / "spec.json").read_text()) == json.loads(info.spec.model_dump_json())
+    assert f"export TRAINMEDIC_RUN_ID={info.spec.run_id}" in (link / "job.sh").read_text()
     assert info.log_dir == str(link / "logs")
     assert info.heartbeat_path == str(link / "heartbeat")
     assert info.checkpoint_dir == str(tmp_path / "checkpoints" / "llama-7b")
@@ -471,6 +474,7 @@ def test_resubmit_keeps_checkpoint_dir_and_records_origin(tmp_path: Path, fake: 
     assert second.checkpoint_dir == first.checkpoint_dir
     assert second.spec.exclude == ("node003",)
     assert second.spec.resume_from_step == 50
+    assert second.spec.run_id == first.spec.run_id  # one training run
 
 
 def test_job_found_by_comment_when_link_is_missing(tmp_path: Path, fake: FakeSlurm) -> None:

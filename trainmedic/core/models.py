@@ -62,6 +62,9 @@ class JobSpec(Strict):
     gc_interval: int | None = Field(default=None, ge=1)
     exclude: tuple[NodeName, ...] = ()
     checkpoint_dir: str | None = None  # shared across resubmissions of one training run
+    # The training run's identity, given at its first submission and kept by every
+    # resubmission: a checkpoint whose manifest names another run is never resumed from.
+    run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     owner: str = Field(default="unknown", pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
 
 

@@ -39,29 +39,29 @@ def parse_loss_history(lines: Iterable[str], source: str = "loss history") -> li
     return records
 
 
-def spike_start(history: Sequence[LossRecord], reported_step: int | None = None) -> LossRecord:
-    """The first record of the spike (or of the NaNs) — what the rollback must get before.
+def spike_start(
+    history: Sequence[LossRecord], reported_step: int | None = None
+) -> LossRecord | None:
+    """The first record of the spike (or of the NaNs) the loss curve shows at or before the
+    reported step: what the rollback must get before. None when the curve shows none there.
 
-    The training framework's report says when it *noticed*; the loss curve says when it
-    *began*: the earlier of the two wins, so the rollback never lands inside the spike.
+    A report says when the framework *noticed*, the curve when the spike *began*; but only
+    the curve proves there was one. A report on a flat curve (a misfiring hook, a replayed
+    event) must not stop a healthy job and skip its data: a human decides then.
     """
     if not history:
         raise InputError("loss_history", "empty", "no loss values to locate a spike in")
-    first_nan = next((r for r in history if math.isnan(r.loss) or math.isinf(r.loss)), None)
-    finite = [r for r in history if math.isfinite(r.loss)]
+    seen = [r for r in history if reported_step is None or r.step <= reported_step]
+    first_nan = next((r for r in seen if math.isnan(r.loss) or math.isinf(r.loss)), None)
+    finite = [r for r in seen if math.isfinite(r.loss)]
     spike = find_loss_spike([LossPoint(r.loss, i) for i, r in enumerate(finite)])
     candidates = [r for r in (first_nan, finite[spike.index] if spike else None) if r]
-    if reported_step is not None:
-        reported = [r for r in history if r.step >= reported_step]
-        if reported:
-            candidates.append(reported[0])
-    if not candidates:
-        raise InputError(
-            "loss_history",
-            f"{len(history)} points",
-            "no spike or NaN found in the loss curve and none reported",
-        )
-    return min(candidates, key=lambda r: r.step)
+    return min(candidates, key=lambda r: r.step) if candidates else None
+
+
+def at_step(history: Sequence[LossRecord], step: int) -> LossRecord | None:
+    """The first record at or after ``step`` (where a human says the trouble began)."""
+    return next((r for r in history if r.step >= step), None)
 
 
 def is_hung(

@@ -318,6 +318,8 @@ class Trainer:
                     "batch": batch,
                     "loss": loss,
                     "files": files,
+                    "sizes": {name: (target / name).stat().st_size for name in files},
+                    "run": self.spec.run_id,
                     "saved_at": time.time(),
                 },
                 indent=1,

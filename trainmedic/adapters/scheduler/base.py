@@ -6,9 +6,20 @@ reason is a no-op that returns False (nothing changed), so a replayed runbook is
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
+from datetime import UTC, datetime
 
 from trainmedic.core.models import JobInfo, JobSpec, NodeInfo
+
+
+def with_run_id(spec: JobSpec) -> JobSpec:
+    """A first submission starts a training run: it gets the run's identity (resubmissions
+    keep theirs)."""
+    if spec.run_id is not None:
+        return spec
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return spec.model_copy(update={"run_id": f"{spec.name}-{stamp}-{secrets.token_hex(3)}"})
 
 
 class Scheduler(ABC):

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainmedic.adapters.scheduler.base import Scheduler
+from trainmedic.adapters.scheduler.base import Scheduler, with_run_id
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
 from trainmedic.core.files import locked, read_json, write_json_atomic
@@ -168,7 +168,7 @@ class SimScheduler(Scheduler):
             job_id = str(state["next_id"])
             state["next_id"] += 1
             checkpoint_dir = spec.checkpoint_dir or str(self.home / "checkpoints" / spec.name)
-            spec = spec.model_copy(update={"checkpoint_dir": checkpoint_dir})
+            spec = with_run_id(spec).model_copy(update={"checkpoint_dir": checkpoint_dir})
             record = {
                 "job_id": job_id,
                 "spec": spec.model_dump(mode="json"),

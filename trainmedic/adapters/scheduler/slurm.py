@@ -51,7 +51,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from trainmedic.adapters.scheduler.base import Scheduler
+from trainmedic.adapters.scheduler.base import Scheduler, with_run_id
 from trainmedic.adapters.scheduler.slurm_parse import (
     ACCOUNTING_FIELDS,
     COMMENT_PREFIX,
@@ -210,7 +210,7 @@ class SlurmScheduler(Scheduler):
             return path if path.is_absolute() else self.root / path
         return self.root / "checkpoints" / spec.name
 
-    def _script(self, run_dir: Path, checkpoint_dir: Path) -> str:
+    def _script(self, run_dir: Path, checkpoint_dir: Path, run_id: str) -> str:
         q = shlex.quote
         link_dir = self.root / "jobs"
         target = Path("..") / "runs" / run_dir.name
@@ -239,6 +239,8 @@ export TRAINMEDIC_LOG_DIR="$run_dir/logs"
 export TRAINMEDIC_SPEC="$run_dir/spec.json"
 export TRAINMEDIC_HEARTBEAT="$run_dir/heartbeat"
 export TRAINMEDIC_CHECKPOINT_DIR={q(str(checkpoint_dir))}
+# The training run's identity: a checkpoint hook writes it into each manifest.
+export TRAINMEDIC_RUN_ID={q(run_id)}
 TRAINMEDIC_NODES=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
 export TRAINMEDIC_NODES
 mkdir -p "$TRAINMEDIC_LOG_DIR" "$TRAINMEDIC_CHECKPOINT_DIR"
@@ -251,6 +253,7 @@ cd "$run_dir"
             resubmission_of = validate.job_id(resubmission_of, "resubmission_of")
         for node in spec.exclude:
             validate.hostname(node, "exclude")
+        spec = with_run_id(spec)
         submitted_at = datetime.now(UTC)
         run = f"{spec.name}-{submitted_at:%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
         run_dir = self.root / "runs" / run
@@ -268,7 +271,7 @@ cd "$run_dir"
             }
             (run_dir / "meta.json").write_text(json.dumps(meta))
             script = run_dir / "job.sh"
-            script.write_text(self._script(run_dir, checkpoint_dir))
+            script.write_text(self._script(run_dir, checkpoint_dir, spec.run_id or run))
             script.chmod(0o755)
         except OSError as exc:
             raise SchedulerError(f"cannot prepare job directory {run_dir}: {exc}") from exc
