@@ -135,9 +135,12 @@ def test_successful_job_completes_with_log(tmp_path: Path) -> None:
     assert Path(info.heartbeat_path).read_text().strip() == "beat"
     assert Path(info.log_dir).parent == tmp_path / "slurm" / "jobs" / info.job_id
     assert (
-        JobSpec.model_validate_json((Path(info.log_dir).parent / "spec.json").read_text()) == spec
+        JobSpec.model_validate_json((Path(info.log_dir).parent / "spec.json").read_text())
+        == info.spec
     )
-    assert info.spec == spec
+    # The submitted spec, plus the training run's identity a first submission gets.
+    assert info.spec.run_id is not None
+    assert info.spec.model_copy(update={"run_id": None}) == spec
 
     # Accounting (slurmdbd, jobcomp/none as sites run it) agrees with the controller once
     # slurmctld has sent it the job's end (it lags by a moment), and keeps the comment that
