@@ -56,6 +56,7 @@ class RollbackResult(BaseModel):
     job_id: str
     spike_step: int
     checkpoint_step: int | None
+    checkpoint_path: str | None = None
     skip_batches: tuple[int, int] | None
     new_job_id: str | None
     report_id: str
@@ -162,6 +163,7 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
         job_id=job.job_id,
         spike_step=spike.step,
         checkpoint_step=target.step if approved else None,
+        checkpoint_path=target.path if approved else None,
         skip_batches=skip if approved else None,
         new_job_id=new_job.job_id if new_job else None,
         report_id=str(report_id),

@@ -112,6 +112,31 @@ def classify_failure(
     return diagnosis
 
 
+def _roll_back(
+    job: JobInfo, dry_run: bool
+) -> tuple[ActionRecord, Checkpoint | None, JobInfo | None]:
+    """The rollback runbook's steps, under this run's job lock: what it did, the checkpoint
+    it resumed from and the new job (None, None when it did not act)."""
+    rolled = roll_back(RollbackRequest(job_id=job.job_id, event="triage", dry_run=dry_run))
+    record = ActionRecord(
+        what="rollback",
+        target=f"job {job.job_id}",
+        changed=rolled.acted,
+        outcome=(
+            f"from step {rolled.checkpoint_step}, batches {rolled.skip_batches} skipped"
+            if rolled.acted
+            else "not rolled back (see the rollback report)"
+        ),
+    )
+    checkpoint = None
+    if rolled.acted and rolled.checkpoint_step is not None and rolled.checkpoint_path:
+        checkpoint = Checkpoint(
+            step=rolled.checkpoint_step, path=rolled.checkpoint_path, valid=True
+        )
+    new_job = get_scheduler().job(rolled.new_job_id) if rolled.new_job_id else None
+    return record, checkpoint, new_job
+
+
 def _heartbeat_age(job: JobInfo) -> float | None:
     """Seconds since the job last showed progress; None for a job that has ended."""
     if job.state.finished:
@@ -218,23 +243,8 @@ def _triage(request: TriageRequest) -> TriageResult:
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
     if rolling_back:
-        rolled = roll_back(
-            RollbackRequest(job_id=job.job_id, event="triage", dry_run=request.dry_run)
-        )
-        actions.append(
-            ActionRecord(
-                what="rollback",
-                target=f"job {job.job_id}",
-                changed=rolled.acted,
-                outcome=(
-                    f"from step {rolled.checkpoint_step}, batches {rolled.skip_batches} skipped"
-                    if rolled.acted
-                    else "not rolled back (see the rollback report)"
-                ),
-            )
-        )
-        if rolled.new_job_id:
-            new_job = get_scheduler().job(rolled.new_job_id)
+        rolled_back, checkpoint, new_job = _roll_back(job, request.dry_run)
+        actions.append(rolled_back)
     elif restarting:
         checkpoint = choose_checkpoint(job)
         new_job, restarted = restart_from(

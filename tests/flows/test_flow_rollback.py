@@ -35,7 +35,7 @@ def test_triage_of_a_diverged_job_rolls_back_and_skips_the_batches(prefect_serve
     wait_step(job, 95)
     result = triage(TriageRequest(job_id=job.job_id, event="job.loss_spike"))
     assert result.category == "LossSpike"
-    assert result.new_job_id is not None
+    assert result.new_job_id is not None and result.checkpoint_step == 60
     new = scheduler.job(result.new_job_id)
     assert new.spec.resume_from_step == 60  # the newest checkpoint before the spike at 70
     assert new.spec.skip_batches is not None and new.spec.skip_batches[1] >= 70
