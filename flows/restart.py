@@ -43,13 +43,21 @@ def restart(request: RestartRequest) -> RestartResult:
     logger = get_run_logger()
     with job_lock(request.job_id):
         job = load_job(request.job_id)
-        found = checkpoints.scan(Path(job.checkpoint_dir))
+        directory = Path(job.checkpoint_dir)
         if request.from_checkpoint is None:
-            target = checkpoints.newest_valid(found)
+            # As triage chooses: newest first, this run's own, stopping at the first valid.
+            target, skipped = checkpoints.newest_valid_in(directory, run_id=job.spec.run_id)
+            if target is None:
+                problems = ", ".join(f"{c.step} ({c.problem})" for c in skipped)
+                raise CheckpointError(
+                    "no valid checkpoint" + (f"; skipped invalid: {problems}" if problems else "")
+                )
         else:
-            target = next((c for c in found if c.step == request.from_checkpoint), None)
+            path = directory / checkpoints.checkpoint_dirname(request.from_checkpoint)
+            target = checkpoints.verify(path, run_id=job.spec.run_id) if path.is_dir() else None
             if target is None or not target.valid:
                 problem = target.problem if target else "no such checkpoint"
+                found = checkpoints.scan(directory, run_id=job.spec.run_id)
                 valid = ", ".join(str(c.step) for c in found if c.valid) or "none"
                 raise CheckpointError(
                     f"from_checkpoint={request.from_checkpoint}: {problem} (valid steps: {valid})"

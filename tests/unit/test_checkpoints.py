@@ -78,7 +78,8 @@ def test_rollback_plan_skips_batches_through_the_spike(tmp_path: Path) -> None:
     for step, batch in ((100, 100), (200, 230), (300, 330)):
         make_checkpoint(tmp_path, step, batch=batch)
     found = checkpoints.scan(tmp_path)
-    target, skip = checkpoints.rollback_plan(found, spike_step=270, spike_batch=300)
+    target = checkpoints.newest_valid(found, before_step=270)
+    skip = checkpoints.skip_range(target, spike_batch=300)
     assert target.step == 200
     assert skip == (231, 300)
 

@@ -158,19 +158,6 @@ def newest_valid(
     return max(candidates, key=lambda c: c.step)
 
 
-def rollback_plan(
-    checkpoints: Sequence[Checkpoint], *, spike_step: int, spike_batch: int
-) -> tuple[Checkpoint, tuple[int, int]]:
-    """Where to resume after a loss spike that began at ``spike_step``.
-
-    The newest valid checkpoint strictly before the spike, and the inclusive range of data
-    batches to skip: from the first batch after that checkpoint through the spike's batch, so
-    the batches that drove the model off course are not replayed.
-    """
-    target = newest_valid(checkpoints, before_step=spike_step)
-    return target, skip_range(target, spike_batch)
-
-
 def skip_range(target: Checkpoint, spike_batch: int) -> tuple[int, int]:
     """The data batches a resumption from ``target`` skips: the first batch after it through
     the spike's batch, so the batches that drove the model off course are not replayed."""

@@ -47,17 +47,21 @@ def failure_streak(job: JobInfo, history: Collection[JobInfo]) -> int:
     """How many attempts of this training run failed in a row, ``job`` (the failure at hand)
     included, whatever each was diagnosed as: three misreadings of one fault (ECC, then
     NCCL timeout, then Unknown) are a crash loop as surely as three identical verdicts."""
-    streak = 0
-    for run in resubmission_chain(job, history):
-        if run is not job and run.state not in FAILED_STATES:
-            break  # an attempt that ended otherwise (completed, or still running) ends the run
-        streak += 1
-    return streak
+    return len(_failed_in_a_row(job, resubmission_chain(job, history)))
 
 
 def failure_categories(
     job: JobInfo, history: Collection[JobInfo], categories: Mapping[str, str]
 ) -> list[str]:
     """What each attempt of the streak was diagnosed as, newest first (for the report)."""
-    chain = resubmission_chain(job, history)[: failure_streak(job, history)]
-    return [categories.get(run.job_id, "?") for run in chain]
+    streak = _failed_in_a_row(job, resubmission_chain(job, history))
+    return [categories.get(run.job_id, "?") for run in streak]
+
+
+def _failed_in_a_row(job: JobInfo, chain: list[JobInfo]) -> list[JobInfo]:
+    streak = []
+    for run in chain:
+        if run is not job and run.state not in FAILED_STATES:
+            break  # an attempt that ended otherwise (completed, or still running) ends the run
+        streak.append(run)
+    return streak
