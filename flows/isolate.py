@@ -4,9 +4,14 @@ what without a human.
 
     decide (trainmedic.decisions.guard: auto-approve size, blast radius, rate limit)
     → if needed, pause for a human (typed form: approve / reject / approve subset, timeout)
-    → drain each approved node (reason names the run; recorded in the drain ledger)
+    → drain each approved node (reason names the run; a drain record kept on the server)
     → stop what the failed job still runs there (its own steps only, never another job)
     → playbooks/isolate_node.yml on them (isolation marker, collect Xid / nvidia-smi / dcgmi)
+
+The decision and the drains it allows happen under one hold of the cluster's guard lock (on
+the Prefect server): two isolations at once cannot both fit under a guard that has room for
+one. The lock is never held across a human's approval; an approved isolation takes it again
+to drain, and each drain still passes the circuit breaker.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.tasks import drain_node, stop_job_on_node
+from flows.tasks import drain_node, server_state, stop_job_on_node
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
@@ -29,12 +34,13 @@ from trainmedic.core.models import ActionRecord, IsolationOutcome, NodeName, Pla
 from trainmedic.core.settings import get_settings
 from trainmedic.decisions.guard import (
     IsolationDecision,
-    IsolationPolicy,
     approved_nodes,
     decide_isolation,
+    isolation_policy,
     recent_drains,
 )
-from trainmedic.state import Ledgers
+from trainmedic.decisions.ownership import drain_reason
+from trainmedic.state import ActionEntry
 
 __all__ = ["IsolationApproval", "IsolationOutcome", "isolate"]
 
@@ -69,35 +75,46 @@ def isolate(
     *,
     runbook: str,
     evidence: str,
-    policy: IsolationPolicy,
     approval_timeout_s: int,
     job_id: str | None,
     dry_run: bool,
 ) -> IsolationOutcome:
-    """Isolate ``verdicts`` (node → what convicted it, e.g. "faulty", "ECCError")."""
+    """Isolate ``verdicts`` (node → what convicted it, e.g. "faulty", "ECCError") under this
+    installation's policy (server-side settings, never a run's parameters)."""
     logger = get_run_logger()
     candidates = list(verdicts)
-    cluster = get_scheduler().nodes()
-    drained = {n.name for n in cluster if n.state == "DRAINED"}
-    ledger = Ledgers(get_settings().home).drains.read()
-    recent = recent_drains(ledger, datetime.now(UTC), policy.window_s)
-    decision = decide_isolation(
-        candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=policy
-    )
-    logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
-
-    approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
+    store = server_state()
     run_name = flow_run.get_name() or "local"
     actions: list[ActionRecord] = []
+
+    def drain_all(nodes: list[str]) -> None:
+        for node in nodes:
+            reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
+            actions.append(
+                drain_node(
+                    node, reason, dry_run, evidence=f"{verdicts[node]} {evidence}", job_id=job_id
+                )
+            )
+
+    with store.lock():
+        decision = _decide(candidates, store.actions())
+        logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
+        asks_human = decision.needs_approval and not dry_run
+        if not asks_human:
+            approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
+            drain_all(approved)
+    if asks_human:
+        # Never holding the lock while a human thinks: the answer takes it again to drain.
+        approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
+        with store.lock():
+            drain_all(approved)
+
     found: dict[str, dict[str, object]] = {}
     if approved:
-        for node in approved:
-            reason = f"trainmedic {runbook} {run_name}: {verdicts[node]} {evidence}"
-            if job_id:
-                reason += f" (job {job_id})"
-            actions.append(drain_node(node, reason, dry_run))
-            if job_id:
-                # Only once the drain is recorded, and only the failed job's own work there.
+        if job_id:
+            # Only once the drains are recorded, and only the failed job's own work there.
+            for node in approved:
+                reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
                 actions.append(stop_job_on_node(job_id, node, reason, dry_run))
         result = isolate_nodes(approved, f"{runbook} {run_name}", dry_run)
         for host, facts in result.facts.items():
@@ -111,12 +128,22 @@ def isolate(
         decided_by=decided_by,
         candidates=candidates,
         approved=approved,
-        drained=[a.target for a in actions if a.changed],
+        drained=[a.target for a in actions if a.what == "drain" and a.changed],
         already_drained=list(decision.already_drained),
         reasons=list(decision.reasons),
         ignored=ignored,
         evidence=found,
         actions=actions,
+    )
+
+
+def _decide(candidates: list[str], actions: list[ActionEntry]) -> IsolationDecision:
+    policy = isolation_policy(get_settings())
+    cluster = get_scheduler().nodes()
+    drained = {n.name for n in cluster if n.state == "DRAINED"}
+    recent = recent_drains(actions, datetime.now(UTC), policy.window_s)
+    return decide_isolation(
+        candidates, cluster_size=len(cluster), drained=drained, recent=recent, policy=policy
     )
 
 

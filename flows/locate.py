@@ -30,7 +30,6 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import IsolationOutcome, JobId, NodeName, PairResult, PlaybookResult
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.guard import IsolationPolicy
 from trainmedic.locate import Group, RoundRecord, check_nodes, locate
 from trainmedic.reports.nodes import locate_report, round_table
 
@@ -84,7 +83,6 @@ class LocateRequest(BaseModel):
     )
     dry_run: bool = Field(default=False, description="test and decide; drain nothing")
     isolate: bool = Field(default=False, description="drain and isolate what is found")
-    policy: IsolationPolicy = Field(default_factory=IsolationPolicy)
     approval_timeout_s: int = Field(
         default=3600,
         ge=10,
@@ -261,7 +259,6 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
             verdicts,
             runbook="locate-faulty-nodes",
             evidence="in pair tests",
-            policy=request.policy,
             approval_timeout_s=request.approval_timeout_s,
             job_id=request.job_id,
             dry_run=request.dry_run,

@@ -1,9 +1,13 @@
-"""Runbook `restore-node`: a repaired node goes back into service only after it passes.
+"""Runbook `restore-node`: a repaired node goes back into service only after it passes, and
+only when trainmedic drained it.
 
-    node drained? → pick a known-healthy partner (IDLE, not drained) → pair test with it,
-    alongside a reference test between two other idle nodes when there are any (same run,
-    no extra wall time) → pass: resume in the scheduler and remove the isolation marker;
-    fail: keep it drained and say why → Markdown report
+    drained by trainmedic? (its drain record, and the scheduler's reason still ours: an
+    admin's drain, a re-drain after ours, Slurm FAIL/DOWN are never returned, unless a named
+    human forces it with a reason) → pick a known-healthy partner (IDLE, not drained) → pair
+    test with it, alongside a reference test between two other idle nodes when there are
+    any (same run, no extra wall time) → pass: remove the isolation marker, then resume in
+    the scheduler (so the site's health check never sees a resumed node still marked), then
+    forget the drain record; fail: keep it drained and say why → Markdown report
 
 "Pass" means what it means in the locate runbook: the test completes, at no less than
 ``slow_ratio`` of the reference bus bandwidth (a repaired link that is still slow stays out).
@@ -15,14 +19,17 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flows.locate import run_pair_tests
+from flows.tasks import server_state
 from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
 from trainmedic.core.settings import get_settings
+from trainmedic.decisions.ownership import Ownership, drain_owner
 from trainmedic.locate import Group, Verdict, judge_round
 from trainmedic.reports.nodes import restore_report
 
@@ -40,6 +47,24 @@ class RestoreRequest(BaseModel):
     )
     test_timeout_s: int | None = Field(default=None, ge=5, le=3600)
     dry_run: bool = Field(default=False, description="test, but change nothing")
+    force: bool = Field(
+        default=False,
+        description="return a node trainmedic did not drain (an admin's, FAIL, re-drained); "
+        "needs forced_by and force_reason, both recorded",
+    )
+    forced_by: str | None = Field(
+        default=None, max_length=64, pattern=validate.SAFE_TEXT_RE.pattern, description="who"
+    )
+    force_reason: str | None = Field(
+        default=None, max_length=200, pattern=validate.SAFE_TEXT_RE.pattern, description="why"
+    )
+
+    @model_validator(mode="after")
+    def _force_is_owned_by_a_human(self) -> RestoreRequest:
+        if self.force and not (self.forced_by and self.force_reason):
+            missing = "forced_by" if not self.forced_by else "force_reason"
+            raise InputError(missing, None, "--force needs a named human and a reason")
+        return self
 
 
 class RestoreResult(BaseModel):
@@ -51,6 +76,7 @@ class RestoreResult(BaseModel):
     busbw_gbps: float | None
     reference_gbps: float | None
     report_key: str
+    owner: str = ""  # whose drain it was, one sentence
 
 
 def choose_partners(
@@ -105,12 +131,27 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
         report_key=f"restore-{node}",
     )
 
-    if current is None or current.state is not NodeState.DRAINED:
+    if current is None or current.state not in (NodeState.DRAINED, NodeState.DOWN):
         state = current.state if current else "unknown to the scheduler"
         return _finish(
             result, request, verdict="not drained", reason=f"{node} is {state}: nothing to restore"
         )
-    logger.info("restoring %s (drained: %s)", node, current.reason)
+    store = server_state()
+    ownership = drain_owner(current, store.drain_record(node))
+    result = result.model_copy(update={"owner": _owner_line(ownership, request)})
+    if not ownership.ours and not request.force:
+        return _finish(
+            result,
+            request,
+            verdict="refused: not trainmedic's drain",
+            reason=f"{ownership.why}; only its owner returns it (or `trainmedic restore "
+            f"{node} --force --by NAME --reason TEXT`)",
+        )
+    if current.state is NodeState.DOWN:
+        return _finish(
+            result, request, verdict="kept out: down", reason=f"{node} is DOWN: repair it first"
+        )
+    logger.info("restoring %s (%s)", node, result.owner)
 
     partner, reference_pair = choose_partners(node, nodes, request.partner)
     # The node leads its test: if it is down, that is an unreachable host at once rather
@@ -146,9 +187,26 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
     passed = f"pair test with {partner} passed"
     if request.dry_run:
         return _finish(result, request, verdict="would restore (dry run)", reason=passed)
-    scheduler.resume(node)
+    # Ownership again, right before acting: an admin may have drained it again meanwhile.
+    now = next((n for n in scheduler.nodes() if n.name == node), current)
+    if not request.force and not drain_owner(now, store.drain_record(node)).ours:
+        return _finish(
+            result,
+            request,
+            verdict="refused: drained again during the test",
+            reason=f"{node} now: {now.reason!r}",
+        )
+    # The marker first: the site's health check must never find a resumed node still marked.
     unisolate_node(node, f"restore-node {flow_run.get_name() or 'local'}", dry_run=False)
+    scheduler.resume(node)
+    store.forget_drain(node)
     return _finish(result, request, verdict="restored", reason=passed, restored=True)
+
+
+def _owner_line(ownership: Ownership, request: RestoreRequest) -> str:
+    if ownership.ours or not request.force:
+        return ownership.why
+    return f"{ownership.why}; forced by {request.forced_by}: {request.force_reason}"
 
 
 def _reference(results: list[PairResult], node: str) -> float | None:
@@ -178,6 +236,7 @@ def _finish(
             reference_gbps=result.reference_gbps,
             restored=result.restored,
             dry_run=request.dry_run,
+            owner=result.owner,
         ),
         description=f"Restore {result.node}: {verdict}",
     )

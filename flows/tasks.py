@@ -16,13 +16,13 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
+from trainmedic.adapters.server_state import ServerState, ensure_limit
 from trainmedic.adapters.telemetry import fetch_gpu_telemetry
 from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
 from trainmedic.core.models import ActionRecord, Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
@@ -31,7 +31,7 @@ from trainmedic.core.validate import safe_text
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
 from trainmedic.decisions.training import LossRecord, parse_loss_history
 from trainmedic.diagnosis import LlmConfig, llm_config_from_settings
-from trainmedic.state import ActionEntry, ActionKind, DrainRecord, Ledgers
+from trainmedic.state import ActionEntry, ActionKind, DrainRecord
 
 JOB_LOCK_WAIT_S = 900
 LOCK_LEASE_S = 1800
@@ -46,8 +46,7 @@ def job_lock(job_id: str, timeout_s: float = JOB_LOCK_WAIT_S) -> Iterator[None]:
     already resubmitted and does nothing twice.
     """
     name = f"remediate-job-{job_id}"
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, 1)
+    ensure_limit(name, 1)
     # A lost lease renewal (a server restart, a slow moment) must not kill a remediation
     # half-way: the lock only orders runs, and every action behind it is idempotent anyway.
     with concurrency(
@@ -129,10 +128,15 @@ def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
     return [s for s in samples if s.host in wanted]
 
 
+def server_state() -> ServerState:
+    """This cluster's guard lock and records on the Prefect server."""
+    return ServerState(get_settings().cluster)
+
+
 def breaker_status() -> BreakerState:
-    settings = get_settings()
-    entries = Ledgers(settings.home).actions.read()
-    return breaker_state(entries, datetime.now(UTC), circuit_breaker(settings))
+    return breaker_state(
+        server_state().actions(), datetime.now(UTC), circuit_breaker(get_settings())
+    )
 
 
 @dataclasses.dataclass
@@ -145,44 +149,58 @@ class GuardedAction:
 
 @contextlib.contextmanager
 def guarded(kind: ActionKind, target: str) -> Iterator[GuardedAction]:
-    """Every destructive action passes here: refused while the circuit breaker is open,
-    recorded in the action ledger once done."""
-    state = breaker_status()
-    if state.open:
-        get_run_logger().error("%s %s refused: %s", kind, target, state.describe())
-        raise PolicyRefused(
-            f"{kind} {target} refused: {state.describe()}; a human resets it with "
-            "`trainmedic breaker --reset` after checking what the automation did"
-        )
-    action = GuardedAction()
-    yield action
-    if action.changed:
-        entry = ActionEntry(
-            kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
-        )
-        Ledgers(get_settings().home).actions.append(entry)
+    """Every destructive action passes here: under the cluster's guard lock (on the Prefect
+    server), refused while the circuit breaker is open, recorded on the server once done. The
+    check and the record happen under one hold of the lock, so two runs at once cannot both
+    take the breaker's last slot."""
+    store = server_state()
+    with store.lock():
+        state = breaker_state(store.actions(), datetime.now(UTC), circuit_breaker(get_settings()))
+        if state.open:
+            get_run_logger().error("%s %s refused: %s", kind, target, state.describe())
+            raise PolicyRefused(
+                f"{kind} {target} refused: {state.describe()}; a human resets it with "
+                "`trainmedic breaker --reset` after checking what the automation did"
+            )
+        action = GuardedAction()
+        yield action
+        if action.changed:
+            entry = ActionEntry(
+                kind=kind, target=target, at=datetime.now(UTC), flow_run=flow_run.get_name() or ""
+            )
+            store.record_action(entry)
 
 
 @task(name="drain-node", cache_policy=NO_CACHE)
-def drain_node(node: str, reason: str, dry_run: bool) -> ActionRecord:
-    """Drain one node in the scheduler (idempotent: an already drained node is left alone)
-    and record it in the drain ledger."""
+def drain_node(
+    node: str, reason: str, dry_run: bool, *, evidence: str = "", job_id: str | None = None
+) -> ActionRecord:
+    """Drain one node in the scheduler (idempotent: an already drained node is left alone,
+    whoever drained it) and keep trainmedic's drain record on the server: the exact reason
+    given, the run, the evidence, the time (what makes the drain ours, see
+    trainmedic.decisions.ownership)."""
     reason = safe_text(reason, "reason")
     logger = get_run_logger()
     if dry_run:
         logger.info("dry run: would drain %s (%s)", node, reason)
         return ActionRecord(what="drain", target=node, outcome="dry run: not drained")
     scheduler = get_scheduler()
-    if any(n.name == node and n.state == "DRAINED" for n in scheduler.nodes()):
-        changed = False  # idempotent, and a no-op spends nothing of the breaker
-    else:
-        with guarded(ActionKind.drain, node):
-            changed = scheduler.drain(node, reason)
-    if changed:
-        record = DrainRecord(
-            node=node, at=datetime.now(UTC), flow_run=flow_run.get_name() or "", reason=reason
-        )
-        Ledgers(get_settings().home).drains.append(record)
+    store = server_state()
+    changed = False
+    with store.lock():
+        if not any(n.name == node and n.state == "DRAINED" for n in scheduler.nodes()):
+            with guarded(ActionKind.drain, node) as action:
+                changed = action.changed = scheduler.drain(node, reason)
+                if changed:
+                    record = DrainRecord(
+                        node=node,
+                        at=datetime.now(UTC),
+                        flow_run=flow_run.get_name() or "",
+                        reason=reason,
+                        evidence=evidence[:300],
+                        job_id=job_id,
+                    )
+                    store.record_drain(record)
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)
     return ActionRecord(
         what="drain",

@@ -44,7 +44,6 @@ from trainmedic.core.settings import get_settings
 from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
-from trainmedic.decisions.guard import isolation_policy
 from trainmedic.decisions.remediation import plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
 from trainmedic.reports.triage import triage_report
@@ -208,7 +207,6 @@ def _triage(request: TriageRequest) -> TriageResult:
             dict.fromkeys(plan.drain, str(diagnosis.category)),
             runbook="triage",
             evidence="in the job logs",
-            policy=isolation_policy(settings),
             approval_timeout_s=settings.approval_timeout_s,
             job_id=job.job_id,
             dry_run=request.dry_run,
@@ -221,7 +219,6 @@ def _triage(request: TriageRequest) -> TriageResult:
                 nodes=list(job.nodes),
                 job_id=job.job_id,
                 isolate=True,
-                policy=isolation_policy(settings),
                 approval_timeout_s=settings.approval_timeout_s,
                 dry_run=request.dry_run,
             )

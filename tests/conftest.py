@@ -7,7 +7,8 @@ runs the pure tier alone. See ARCHITECTURE.md for what each tier needs."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,34 @@ def tm_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setting
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TRAINMEDIC_INVENTORY", str(tmp_path / "inventory"))
     monkeypatch.delenv("TRAINMEDIC_TELEMETRY_URL", raising=False)
+    # The guard's lock and records live on the (session-wide) Prefect server, per cluster:
+    # each test is its own cluster there, as each has its own home.
+    monkeypatch.setenv("TRAINMEDIC_CLUSTER", f"test-{uuid.uuid4().hex[:12]}")
     get_settings.cache_clear()
     yield get_settings()
+    get_settings.cache_clear()
+
+
+POLICY_ENV = {
+    "auto_approve_max": "TRAINMEDIC_DRAIN_AUTO_APPROVE_MAX",
+    "max_share": "TRAINMEDIC_DRAIN_MAX_SHARE",
+    "max_per_window": "TRAINMEDIC_DRAIN_MAX_PER_HOUR",
+    "min_drainable": "TRAINMEDIC_DRAIN_MIN_DRAINABLE",
+    "breaker_limit": "TRAINMEDIC_BREAKER_LIMIT",
+}
+
+
+@pytest.fixture
+def policy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Set the isolation policy the way an operator does, in the installation's settings (it
+    is never a run's parameter): ``policy(max_share=0.25, max_per_window=4)``."""
+
+    def set_policy(**values: float) -> None:
+        for key, value in values.items():
+            monkeypatch.setenv(POLICY_ENV[key], str(value))
+        get_settings.cache_clear()
+
+    yield set_policy
     get_settings.cache_clear()
 
 

@@ -4,7 +4,7 @@ Prefect server with the simulated cluster, until a human resets it."""
 from __future__ import annotations
 
 import pytest
-from support.waits import wait_finished, wait_step
+from support.waits import run_in_thread, unique_run_name, wait_finished, wait_step
 
 from trainmedic.cli.main import main
 from trainmedic.core.errors import PolicyRefused
@@ -48,3 +48,33 @@ def test_breaker_refuses_after_the_limit_until_reset(prefect_server, sim, monkey
     assert not breaker_status().open
     again = triage(TriageRequest(job_id=second.job_id))
     assert again.drained == [second.nodes[1]] and again.new_job_id
+
+
+def test_two_triages_at_once_never_both_take_the_last_slot(prefect_server, sim, policy) -> None:
+    """One slot left on the breaker, two jobs failing at once: exactly one destructive action
+    happens across both runs (the guard's check and record are one step on the server)."""
+    from flows.tasks import server_state
+    from flows.triage import TriageRequest, triage
+
+    policy(breaker_limit=1, min_drainable=4)
+    cluster, scheduler = sim
+    spec = JobSpec(name="x", nodes=2, steps=100_000, checkpoint_every=20)
+    started = [scheduler.submit(spec.model_copy(update={"name": n})) for n in ("left", "right")]
+    for job in started:
+        wait_step(job, 25)
+    for job in started:
+        cluster.inject(job.nodes[1], "ecc")
+    jobs = [wait_finished(scheduler, job.job_id) for job in started]
+    runs = [
+        run_in_thread(triage, TriageRequest(job_id=job.job_id), unique_run_name("race"))
+        for job in jobs
+    ]
+    for thread, _ in runs:
+        thread.join(timeout=240)
+    refusals = [box.get("error") for _, box in runs]
+    assert all(isinstance(e, PolicyRefused) for e in refusals), refusals
+    actions = server_state().actions()
+    assert len(actions) == 1 and actions[0].kind == "drain", actions
+    drained = [n.name for n in scheduler.nodes() if n.state is NodeState.DRAINED]
+    assert drained == [actions[0].target]
+    assert not [j for j in scheduler.jobs() if j.resubmission_of]

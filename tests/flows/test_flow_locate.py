@@ -13,11 +13,9 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRun
 from support.waits import run_in_thread, unique_run_name, wait_paused, wait_until
 
 from trainmedic.core.models import NodeState
-from trainmedic.decisions.guard import IsolationPolicy
 
 ALL = "node[001-008]"
 HALF = "node[001-004]"  # enough where only the isolation step is under test
-ROOMY = IsolationPolicy(max_share=0.25, max_per_window=4)  # 8 nodes: 5 % would be 0 nodes
 
 
 def artifacts(flow_run_id: str) -> dict[str, object]:
@@ -36,8 +34,9 @@ def drained(scheduler) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.server
 def test_finds_faulty_and_slow_in_two_rounds_and_drains_the_approved_subset(
-    prefect_server, sim
+    prefect_server, sim, policy
 ) -> None:
+    policy(max_share=0.25, max_per_window=4)  # 8 nodes: 5 % is 0
     from prefect.flow_runs import resume_flow_run
 
     from flows.locate import LocateRequest, locate_faulty_nodes
@@ -45,7 +44,7 @@ def test_finds_faulty_and_slow_in_two_rounds_and_drains_the_approved_subset(
     cluster, scheduler = sim
     cluster.inject("node003", "xid79")
     cluster.inject("node006", "slow")
-    request = LocateRequest(nodes=ALL, isolate=True, policy=ROOMY, approval_timeout_s=120)
+    request = LocateRequest(nodes=ALL, isolate=True, approval_timeout_s=120)
     run_name = unique_run_name("locate-subset")
     thread, box = run_in_thread(locate_faulty_nodes, request, run_name)
 
@@ -124,21 +123,22 @@ def _cmdline(proc: Path) -> str:
 
 
 @pytest.mark.server
-def test_auto_approved_isolation_drains_exactly_the_faulty_node(prefect_server, sim) -> None:
+def test_auto_approved_isolation_drains_exactly_the_faulty_node(
+    prefect_server, sim, policy
+) -> None:
+    policy(max_share=0.25, max_per_window=4)  # 8 nodes: 5 % is 0
     from flows.locate import LocateRequest, locate_faulty_nodes
 
     cluster, scheduler = sim
     cluster.inject("node002", "ecc")
     marker = Path(cluster.nodes_dir / "node002" / "isolated")
     # Dry run first: same tests and decision, check-mode isolation, no scheduler write.
-    dry = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, dry_run=True))
+    dry = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, dry_run=True))
     assert dry.faulty == ["node002"] and dry.isolation.approved == ["node002"]
     assert dry.isolation.drained == [] and drained(scheduler) == {} and not marker.exists()
     assert "DRY RUN" in str(artifacts(dry.flow_run_id)["locate-summary"])
 
-    result = locate_faulty_nodes(
-        LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, job_id="1234")
-    )
+    result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, job_id="1234"))
     assert result.faulty == ["node002"] and result.slow == []
     assert result.isolation.decided_by == "policy (auto-approved)"
     reasons = drained(scheduler)
@@ -153,13 +153,16 @@ def test_auto_approved_isolation_drains_exactly_the_faulty_node(prefect_server, 
     assert "dcgmi diag -r 1" in summary
 
     # Replayed: idempotent, nothing drained twice.
-    again = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, policy=ROOMY))
+    again = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True))
     assert again.isolation.mode == "none" and again.isolation.drained == []
     assert again.isolation.already_drained == ["node002"]
 
 
 @pytest.mark.server
-def test_isolation_stops_the_failed_job_on_the_node_after_the_drain(prefect_server, sim) -> None:
+def test_isolation_stops_the_failed_job_on_the_node_after_the_drain(
+    prefect_server, sim, policy
+) -> None:
+    policy(max_share=0.25, max_per_window=4)  # 8 nodes: 5 % is 0
     """The job named by the run, still running on the isolated node, is stopped there after
     the node's drain is recorded; a job the run is not about is left alone."""
     from flows.locate import LocateRequest, locate_faulty_nodes
@@ -171,9 +174,7 @@ def test_isolation_stops_the_failed_job_on_the_node_after_the_drain(prefect_serv
     wait_until(lambda: scheduler.job(bystander.job_id).state is JobState.RUNNING, 30, "running")
     victim = scheduler.job(failing.job_id).nodes[1]
     cluster.inject(victim, "slow")  # the job crawls on, still running there
-    result = locate_faulty_nodes(
-        LocateRequest(nodes=HALF, isolate=True, policy=ROOMY, job_id=failing.job_id)
-    )
+    result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, job_id=failing.job_id))
     assert result.slow == [victim]
     kinds = [(a.what, a.changed) for a in result.isolation.actions]
     assert kinds == [("drain", True), ("stop job on node", True)]
@@ -200,18 +201,18 @@ def test_blast_radius_guard_blocks_without_approval(prefect_server, sim) -> None
 
 
 @pytest.mark.server
-def test_rejected_isolation_drains_nothing(prefect_server, sim) -> None:
+def test_rejected_isolation_drains_nothing(prefect_server, sim, policy) -> None:
     from prefect.flow_runs import resume_flow_run
 
     from flows.locate import LocateRequest, locate_faulty_nodes
 
     cluster, scheduler = sim
     cluster.inject("node003", "nvlink")
-    policy = IsolationPolicy(auto_approve_max=0, max_share=0.5)
+    policy(auto_approve_max=0, max_share=0.5)
     run_name = unique_run_name("locate-reject")
     thread, box = run_in_thread(
         locate_faulty_nodes,
-        LocateRequest(nodes=HALF, isolate=True, policy=policy, approval_timeout_s=120),
+        LocateRequest(nodes=HALF, isolate=True, approval_timeout_s=120),
         run_name,
     )
     resume_flow_run(wait_paused(run_name, box=box), run_input={"decision": "reject"})

@@ -1,9 +1,11 @@
 """The restore runbook on a real Prefect server and real ansible-runner: a repaired node
-comes back only after a passing pair test; a still-broken or still-slow one stays out."""
+comes back only after a passing pair test, and only when trainmedic drained it; a still-broken
+or still-slow one stays out, and an admin's drain is never touched."""
 
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import NodeInfo, NodeState
@@ -14,8 +16,25 @@ def states(scheduler) -> dict[str, NodeInfo]:  # type: ignore[no-untyped-def]
 
 
 def isolated(cluster, node: str, scheduler) -> None:  # type: ignore[no-untyped-def]
-    scheduler.drain(node, "trainmedic locate-faulty-nodes test: faulty in pair tests")
-    (cluster.nodes_dir / node / "isolated").write_text("locate-faulty-nodes test\n")
+    """Drained and marked by trainmedic's own isolation step (its drain record included)."""
+    from prefect import flow
+
+    from flows.isolate import isolate
+
+    @flow(name="isolate-for-test")
+    def isolate_one() -> None:
+        isolate(
+            {node: "faulty"},
+            runbook="locate-faulty-nodes",
+            evidence="in pair tests",
+            approval_timeout_s=30,
+            job_id=None,
+            dry_run=False,
+        )
+
+    isolate_one()
+    assert states(scheduler)[node].state is NodeState.DRAINED
+    assert (cluster.nodes_dir / node / "isolated").exists()
 
 
 @pytest.mark.server
@@ -86,3 +105,75 @@ def test_partner_must_be_idle_and_not_the_node() -> None:
     with pytest.raises(InputError, match="no IDLE"):
         choose_partners("a1", nodes[:2])
     assert choose_partners("a1", nodes[:4]) == ("a3", None)
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("how", ["admin drain", "admin re-drain after ours", "FAIL"])
+def test_a_drain_that_is_not_ours_is_never_returned(prefect_server, sim, how) -> None:  # type: ignore[no-untyped-def]
+    from flows.restore import RestoreRequest, restore_node
+
+    cluster, scheduler = sim
+    if how == "admin drain":
+        scheduler.admin_drain("node005", "fan replacement ticket 881")
+    elif how == "admin re-drain after ours":
+        cluster.inject("node005", "xid79")
+        isolated(cluster, "node005", scheduler)
+        cluster.repair("node005")
+        scheduler.admin_drain("node005", "keep out: firmware upgrade")
+    else:
+        scheduler.admin_drain("node005", "bad PSU", fail=True)
+    before = states(scheduler)["node005"]
+
+    result = restore_node(RestoreRequest(node="node005"))
+    assert not result.restored and result.verdict == "refused: not trainmedic's drain"
+    assert "--force" in result.reason
+    after = states(scheduler)["node005"]
+    assert after.state is NodeState.DRAINED and after.reason == before.reason
+    assert result.partner is None  # refused before any test ran
+
+
+@pytest.mark.server
+def test_force_needs_a_named_human_and_a_reason_and_is_recorded(prefect_server, sim) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.restore import RestoreRequest, restore_node
+
+    _, scheduler = sim
+    with pytest.raises(ValidationError, match="forced_by"):
+        RestoreRequest(node="node005", force=True, force_reason="checked it")
+    with pytest.raises(ValidationError, match="force_reason"):
+        RestoreRequest(node="node005", force=True, forced_by="alice")
+    scheduler.admin_drain("node005", "fan replacement ticket 881")
+
+    result = restore_node(
+        RestoreRequest(node="node005", force=True, forced_by="alice", force_reason="fan replaced")
+    )
+    assert result.restored
+    assert "forced by alice: fan replaced" in result.owner
+    with get_client(sync_client=True) as client:
+        report = client.read_latest_artifacts()
+    text = next(str(a.data) for a in report if a.key == result.report_key)
+    assert "forced by alice: fan replaced" in text and "ticket 881" in text
+
+
+@pytest.mark.server
+def test_marker_is_removed_before_the_node_is_resumed(prefect_server, sim, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from flows.restore import RestoreRequest, restore_node
+    from flows.tasks import server_state
+
+    cluster, scheduler = sim
+    cluster.inject("node004", "xid79")
+    isolated(cluster, "node004", scheduler)
+    assert server_state().drain_record("node004") is not None
+    cluster.repair("node004")
+    marked_at_resume: list[bool] = []
+    original = type(scheduler).resume
+
+    def resume(self, node: str) -> bool:  # type: ignore[no-untyped-def]
+        marked_at_resume.append((cluster.nodes_dir / node / "isolated").exists())
+        return original(self, node)
+
+    monkeypatch.setattr(type(scheduler), "resume", resume)
+    assert restore_node(RestoreRequest(node="node004")).restored
+    assert marked_at_resume == [False]
+    assert server_state().drain_record("node004") is None  # ours no more

@@ -20,7 +20,6 @@ from trainmedic.adapters.scheduler.slurm import SlurmScheduler
 from trainmedic.core.errors import PlaybookError, SchedulerError
 from trainmedic.core.models import NodeState
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.guard import IsolationPolicy
 from trainmedic.stack import Stack
 
 
@@ -35,7 +34,8 @@ def own_server(sim, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_server_restart_while_paused_for_approval(own_server: Stack, sim) -> None:
+def test_server_restart_while_paused_for_approval(own_server: Stack, sim, policy) -> None:
+    policy(auto_approve_max=0, max_share=0.5)
     from flows.locate import LocateRequest, locate_faulty_nodes
 
     cluster, scheduler = sim
@@ -44,7 +44,6 @@ def test_server_restart_while_paused_for_approval(own_server: Stack, sim) -> Non
         nodes="node[001-004]",
         isolate=True,
         approval_timeout_s=300,
-        policy=IsolationPolicy(auto_approve_max=0, max_share=0.5),
     )
     run_name = unique_run_name("locate-restart")
     # The fixture's settings context (this server's URL) is copied into the flow's thread.

@@ -29,7 +29,6 @@ from support.waits import run_in_thread, unique_run_name, wait_finished, wait_pa
 from trainmedic.adapters.scheduler.sim import SimScheduler
 from trainmedic.core.models import JobSpec, NodeState
 from trainmedic.core.settings import Settings
-from trainmedic.decisions.guard import IsolationPolicy
 from trainmedic.sim.cluster import SimCluster
 from trainmedic.stack import Stack
 
@@ -229,7 +228,8 @@ def test_triage_report_shows_on_its_artifact_page(ui_server, tmp_path: Path) -> 
     assert result.new_job_id is not None and result.new_job_id in page.dom
 
 
-def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Path) -> None:
+def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Path, policy) -> None:
+    policy(auto_approve_max=0, max_share=0.5)
     from prefect.flow_runs import resume_flow_run
 
     from flows.locate import LocateRequest, locate_faulty_nodes
@@ -244,7 +244,6 @@ def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Pa
     request = LocateRequest(
         nodes="node[005-008]",
         isolate=True,
-        policy=IsolationPolicy(auto_approve_max=0, max_share=0.5),
         approval_timeout_s=300,
     )
     run_name = unique_run_name("ui-locate")

@@ -10,7 +10,7 @@ from trainmedic.decisions.guard import (
     decide_isolation,
     recent_drains,
 )
-from trainmedic.state import DrainRecord
+from trainmedic.state import ActionEntry, ActionKind
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 BIG = IsolationPolicy()  # defaults: 1 node auto, 5 %, 4 per hour
@@ -22,8 +22,9 @@ def decide(candidates, *, size=200, drained=(), recent=(), policy=BIG):  # type:
     )
 
 
-def drain_at(node: str, minutes_ago: float) -> DrainRecord:
-    return DrainRecord(node=node, at=NOW - timedelta(minutes=minutes_ago), flow_run="r")
+def drain_at(node: str, minutes_ago: float) -> ActionEntry:
+    at = NOW - timedelta(minutes=minutes_ago)
+    return ActionEntry(kind=ActionKind.drain, target=node, at=at, flow_run="r")
 
 
 def test_one_node_on_a_big_cluster_is_auto_approved() -> None:
@@ -63,11 +64,19 @@ def test_small_cluster_may_always_lose_min_drainable_nodes() -> None:
 def test_rate_limit_counts_recent_drains_in_the_window() -> None:
     ledger = [drain_at(f"r{i}", 10 * i) for i in range(4)] + [drain_at("old", 61)]
     recent = recent_drains(ledger, NOW, 3600)
-    assert [r.node for r in recent] == ["r3", "r2", "r1", "r0"]  # oldest first, "old" out
+    assert [r.target for r in recent] == ["r3", "r2", "r1", "r0"]  # oldest first, "old" out
     decision = decide(["n1"], recent=recent)
     assert decision.mode == "approval"
     assert any("rate limit: 5 nodes" in g for g in decision.guard)
     assert decide(["n1"], recent=recent[1:]).mode == "auto"
+
+
+def test_rate_limit_counts_drains_only() -> None:
+    stops = [
+        ActionEntry(kind=ActionKind.stop_job, target=f"job {i}", at=NOW, flow_run="r")
+        for i in range(9)
+    ]
+    assert recent_drains([*stops, drain_at("n1", 1)], NOW, 3600) == [drain_at("n1", 1)]
 
 
 def test_redrain_of_a_recent_node_counts_once() -> None:

@@ -1,8 +1,10 @@
 """``trainmedic locate [--json] [--simulate N --faulty NODE,... [--slow NODE,...]] NODE_EXPR``
 
-Without ``--simulate`` it runs the ``locate-faulty-nodes`` flow in this process against the
-Prefect API of the environment (the run shows up in the UI), on the real or simulated
-cluster of the inventory. With ``--simulate N`` it runs the same algorithm on N simulated
+Without ``--simulate`` it runs the ``locate-faulty-nodes`` flow against the Prefect API of
+the environment (the run shows up in the UI), on the real or simulated cluster of the
+inventory: in this process when it only tests, through its deployment on the worker (like
+every runbook that acts) with ``--isolate``, so the drains are made where the policy and the
+guard are the installation's. With ``--simulate N`` it runs the same algorithm on N simulated
 nodes (``node0001``..) with an oracle fabric, no Ansible, no Prefect: for trying the
 algorithm and for benchmarks. A bad node expression prints one line and exits 2.
 """
@@ -57,7 +59,16 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     else:
         if args.faulty or args.slow or args.test_seconds is not None:
             raise InputError("faulty", args.faulty or args.slow, "only with --simulate N")
-        summary = _run_flow(args)
+        request = _request(args)
+        if args.isolate:
+            from trainmedic.cli.runbooks import run_runbook
+
+            return run_runbook(
+                "locate-faulty-nodes/locate-faulty-nodes", request, as_json=args.json
+            )
+        from flows.locate import locate_faulty_nodes
+
+        summary = locate_faulty_nodes(request).summary()
     if args.json:
         out.write(json.dumps(summary, indent=2) + "\n")
     else:
@@ -93,7 +104,7 @@ def _simulate(args: argparse.Namespace) -> dict[str, object]:
     return {**summary, "healthy": len(report.healthy), "simulated": True}
 
 
-def _run_flow(args: argparse.Namespace) -> dict[str, object]:
+def _request(args: argparse.Namespace) -> object:
     if not args.nodes:
         raise InputError("nodes", None, "give the nodes to test, e.g. node[001-016]")
     settings = get_settings()
@@ -105,9 +116,9 @@ def _run_flow(args: argparse.Namespace) -> dict[str, object]:
     from trainmedic.stack import apply_prefect_env
 
     apply_prefect_env(settings)
-    from flows.locate import LocateRequest, locate_faulty_nodes
+    from flows.locate import LocateRequest
 
-    request = LocateRequest(
+    return LocateRequest(
         nodes=names,
         seed=args.seed,
         slow_ratio=args.slow_ratio,
@@ -117,7 +128,6 @@ def _run_flow(args: argparse.Namespace) -> dict[str, object]:
         dry_run=args.dry_run,
         job_id=args.job_id,
     )
-    return locate_faulty_nodes(request).summary()
 
 
 def _human(summary: dict[str, object]) -> str:

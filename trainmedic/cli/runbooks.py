@@ -26,7 +26,7 @@ def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
             time.sleep(1)
 
 
-def _run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
+def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     """Start a runbook through its deployment (so it runs on the worker and shows in the UI),
     show its progress, and return 0 when it completed."""
     from prefect.deployments import run_deployment
@@ -66,7 +66,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         result = triage(request)
         print_json(result.model_dump()) if args.json else print(result)
         return 0
-    return _run_runbook("triage/triage", request, as_json=args.json)
+    return run_runbook("triage/triage", request, as_json=args.json)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
@@ -76,15 +76,22 @@ def cmd_restart(args: argparse.Namespace) -> int:
     request = RestartRequest(
         job_id=args.job_id, from_checkpoint=args.from_checkpoint, dry_run=args.dry_run
     )
-    return _run_runbook("restart/restart", request, as_json=args.json)
+    return run_runbook("restart/restart", request, as_json=args.json)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     with_prefect()
     from flows.restore import RestoreRequest
 
-    request = RestoreRequest(node=args.node, partner=args.partner, dry_run=args.dry_run)
-    return _run_runbook("restore-node/restore-node", request, as_json=args.json)
+    request = RestoreRequest(
+        node=args.node,
+        partner=args.partner,
+        dry_run=args.dry_run,
+        force=args.force,
+        forced_by=args.by,
+        force_reason=args.reason,
+    )
+    return run_runbook("restore-node/restore-node", request, as_json=args.json)
 
 
 def register(add: AddCommand) -> None:
@@ -111,4 +118,12 @@ def register(add: AddCommand) -> None:
     restore.add_argument("node")
     restore.add_argument("--partner", help="known-healthy partner (default: an idle node)")
     restore.add_argument("--dry-run", action="store_true")
+    restore.add_argument(
+        "--force",
+        action="store_true",
+        help="return a node trainmedic did not drain (an admin's drain, FAIL, re-drained): "
+        "needs --by and --reason, both recorded in the run and its report",
+    )
+    restore.add_argument("--by", default=None, metavar="NAME", help="who forces it")
+    restore.add_argument("--reason", default=None, metavar="TEXT", help="why")
     restore.add_argument("--json", action="store_true")

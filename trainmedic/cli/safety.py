@@ -10,27 +10,38 @@ from trainmedic.core.settings import get_settings
 
 
 def cmd_breaker(args: argparse.Namespace) -> int:
+    """The breaker's state and the actions that count against it, from the Prefect server
+    (what every worker sees); ``--reset`` records a human's reset there."""
     from datetime import UTC, datetime
 
-    from trainmedic.decisions.guard import breaker_state, circuit_breaker
-    from trainmedic.state import ActionEntry, ActionKind, Ledgers
+    with_prefect()
+    from trainmedic.adapters.server_state import ServerState
+    from trainmedic.decisions.guard import breaker_state, circuit_breaker, counted_actions
+    from trainmedic.state import ActionEntry, ActionKind
 
     settings = get_settings()
-    ledger = Ledgers(settings.home).actions
+    store = ServerState(settings.cluster)
+    breaker = circuit_breaker(settings)
     if args.reset:
-        ledger.append(
-            ActionEntry(
-                kind=ActionKind.breaker_reset,
-                target="on-call",
-                at=datetime.now(UTC),
-                flow_run="cli",
+        with store.lock():
+            store.record_action(
+                ActionEntry(
+                    kind=ActionKind.breaker_reset,
+                    target="on-call",
+                    at=datetime.now(UTC),
+                    flow_run="cli",
+                )
             )
-        )
-    state = breaker_state(ledger.read(), datetime.now(UTC), circuit_breaker(settings))
+    entries = store.actions()
+    now = datetime.now(UTC)
+    state = breaker_state(entries, now, breaker)
+    counted = counted_actions(entries, now, breaker)
     if args.json:
-        print_json(state.model_dump())
-    else:
-        print(state.describe())
+        print_json({**state.model_dump(), "actions": [e.model_dump(mode="json") for e in counted]})
+        return 0
+    print(state.describe())
+    for entry in counted:
+        print(f"  {entry.at:%Y-%m-%d %H:%M:%S}Z  {entry.kind:<9} {entry.target}  {entry.flow_run}")
     return 0
 
 

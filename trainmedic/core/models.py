@@ -88,6 +88,7 @@ class NodeInfo(Strict):
     name: NodeName
     state: NodeState
     reason: str = ""
+    raw_state: str = ""  # the scheduler's own word, e.g. Slurm's IDLE+DRAIN or DOWN*+FAIL
 
 
 # ----------------------------------------------------------------------------- events

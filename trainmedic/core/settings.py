@@ -22,6 +22,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINMEDIC_", env_file=".env", extra="ignore")
 
     home: Path = Field(default=REPO_ROOT / ".trainmedic", description="state directory")
+    cluster: str = Field(
+        default="default",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
+        description="this cluster's name: its guard lock and records on a Prefect server that "
+        "several clusters share are its own (one breaker, one drain record per cluster)",
+    )
     scheduler: Literal["sim", "slurm"] = "sim"
     inventory: Path = Field(default=REPO_ROOT / "inventories" / "sim")
     playbook_dir: Path = Field(default=REPO_ROOT / "playbooks")

@@ -1,10 +1,11 @@
 """The one "may we act" guard: who may be drained and who has to say so, and the circuit
-breaker in front of every destructive action. Pure: no I/O, no clock; the ledgers are read
-and written by the caller (trainmedic.state).
+breaker in front of every destructive action. Pure: no I/O, no clock; the records are read
+and written by the caller, on the Prefect server (trainmedic.adapters.server_state), under
+the one guard lock that makes check-and-act atomic.
 
 **Isolation.** The runbooks convict nodes (a proven origin, failed pair tests); draining
 them is the first step that costs capacity. The policy decides, from the candidates, the
-cluster's size, the nodes already drained and the recent drains (the drain ledger), whether
+cluster's size, the nodes already drained and the recent drains (the action record), whether
 the isolation
 
 * may go ahead without a human (``auto``): no more than ``auto_approve_max`` new nodes, and
@@ -35,7 +36,7 @@ from pydantic import Field
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import Strict
 from trainmedic.core.settings import Settings
-from trainmedic.state.records import ActionEntry, ActionKind, DrainRecord
+from trainmedic.state.records import ActionEntry, ActionKind
 
 __all__ = [
     "ApprovalDecision",
@@ -46,6 +47,7 @@ __all__ = [
     "approved_nodes",
     "breaker_state",
     "circuit_breaker",
+    "counted_actions",
     "decide_isolation",
     "isolation_policy",
     "recent_drains",
@@ -97,14 +99,18 @@ class IsolationDecision(Strict):
         return self.mode == "approval"
 
 
-def recent_drains(ledger: Iterable[DrainRecord], now: datetime, window_s: int) -> list[DrainRecord]:
-    """Ledger records younger than the window, one per node (its latest)."""
+def recent_drains(
+    actions: Iterable[ActionEntry], now: datetime, window_s: int
+) -> list[ActionEntry]:
+    """trainmedic's drains younger than the window, one per node (its latest)."""
     since = now - timedelta(seconds=window_s)
-    latest: dict[str, DrainRecord] = {}
-    for record in ledger:
-        if record.at >= since and (record.node not in latest or record.at > latest[record.node].at):
-            latest[record.node] = record
-    return sorted(latest.values(), key=lambda r: (r.at, r.node))
+    latest: dict[str, ActionEntry] = {}
+    for entry in actions:
+        if entry.kind is not ActionKind.drain or entry.at < since:
+            continue
+        if entry.target not in latest or entry.at > latest[entry.target].at:
+            latest[entry.target] = entry
+    return sorted(latest.values(), key=lambda e: (e.at, e.target))
 
 
 def decide_isolation(
@@ -112,7 +118,7 @@ def decide_isolation(
     *,
     cluster_size: int,
     drained: Collection[str],
-    recent: Sequence[DrainRecord],
+    recent: Sequence[ActionEntry],
     policy: IsolationPolicy,
 ) -> IsolationDecision:
     """Decide for ``candidates`` (convicted nodes) given the state of the cluster.
@@ -135,7 +141,7 @@ def decide_isolation(
             f"blast radius: {after} of {cluster_size} nodes would be drained, more than "
             f"{policy.max_share:.0%} ({allowed_drained})"
         )
-    in_window = len({r.node for r in recent} | set(new))
+    in_window = len({r.target for r in recent} | set(new))
     if in_window > policy.max_per_window:
         guard.append(
             f"rate limit: {in_window} nodes drained by trainmedic within "
@@ -191,15 +197,23 @@ class BreakerState(Strict):
         )
 
 
-def breaker_state(
+def counted_actions(
     entries: Iterable[ActionEntry], now: datetime, breaker: CircuitBreaker
-) -> BreakerState:
+) -> list[ActionEntry]:
+    """The actions that count against the breaker now: inside its window and after the last
+    human reset, oldest first."""
     since = now - timedelta(seconds=breaker.window_s)
     ordered: Sequence[ActionEntry] = sorted(entries, key=lambda e: e.at)
     resets = [e.at for e in ordered if e.kind is ActionKind.breaker_reset]
     if resets:
         since = max(since, resets[-1])
-    count = sum(1 for e in ordered if e.at >= since and e.kind is not ActionKind.breaker_reset)
+    return [e for e in ordered if e.at >= since and e.kind is not ActionKind.breaker_reset]
+
+
+def breaker_state(
+    entries: Iterable[ActionEntry], now: datetime, breaker: CircuitBreaker
+) -> BreakerState:
+    count = len(counted_actions(entries, now, breaker))
     return BreakerState(
         open=count >= breaker.limit, count=count, limit=breaker.limit, window_s=breaker.window_s
     )

@@ -95,6 +95,7 @@ def restore_report(
     reference_gbps: float | None,
     restored: bool,
     dry_run: bool,
+    owner: str = "",
 ) -> str:
     def gbps(value: float | None) -> str:
         return f"{value} GB/s" if value is not None else "—"
@@ -107,6 +108,7 @@ def restore_report(
             "|---|---|",
             f"| outcome | **{verdict}** |",
             f"| why | {reason.replace('|', '/')} |",
+            f"| drain | {owner.replace('|', '/') or '—'} |",
             f"| partner | {partner or '—'} |",
             f"| bus bandwidth | {gbps(busbw_gbps)} |",
             f"| reference | {gbps(reference_gbps)} |",

@@ -1,14 +1,7 @@
-"""What trainmedic remembers between runs: append-only ledgers under the state directory."""
+"""What trainmedic remembers between runs: the records (kept on the Prefect server by
+trainmedic.adapters.server_state) and the local diagnosis ledger."""
 
-from trainmedic.state.ledgers import ActionLedger, DiagnosisLedger, DrainLedger, Ledgers
+from trainmedic.state.ledgers import DiagnosisLedger, Ledgers
 from trainmedic.state.records import ActionEntry, ActionKind, DrainRecord
 
-__all__ = [
-    "ActionEntry",
-    "ActionKind",
-    "ActionLedger",
-    "DiagnosisLedger",
-    "DrainLedger",
-    "DrainRecord",
-    "Ledgers",
-]
+__all__ = ["ActionEntry", "ActionKind", "DiagnosisLedger", "DrainRecord", "Ledgers"]

@@ -1,4 +1,4 @@
-"""The records the ledgers hold: plain models, shared by the ledgers (which store them) and the
+"""The records trainmedic keeps: plain models, shared by the stores (which keep them) and the
 decisions (which read them), so neither depends on the other."""
 
 from __future__ import annotations
@@ -28,9 +28,13 @@ class ActionEntry(Strict):
 
 
 class DrainRecord(Strict):
-    """One drain trainmedic made: who drained what, when. The rate limit reads these."""
+    """One drain trainmedic made and still holds: the node, the exact reason it gave the
+    scheduler (how a later check tells our drain from an admin's or a re-drain), the run, the
+    evidence and the time. Kept until trainmedic returns the node."""
 
     node: NodeName
     at: datetime
     flow_run: str = ""
     reason: str = ""
+    evidence: str = ""
+    job_id: str | None = None

@@ -252,16 +252,21 @@ class SimScheduler(Scheduler):
             self._refresh(state)
             busy = self._busy_nodes(state)
             result = []
+            failed = set(state.get("failed", []))
             for status in self.cluster.statuses():
+                base = "ALLOCATED" if status.name in busy else "IDLE"
                 if status.name in state["drained"]:
                     node_state, reason = NodeState.DRAINED, state["drained"][status.name]
+                    raw = f"{base}+DRAIN" + ("+FAIL" if status.name in failed else "")
                 elif status.fault is NodeFault.down:
-                    node_state, reason = NodeState.DOWN, "Not responding"
+                    node_state, reason, raw = NodeState.DOWN, "Not responding", "DOWN*"
                 elif status.name in busy:
-                    node_state, reason = NodeState.ALLOCATED, ""
+                    node_state, reason, raw = NodeState.ALLOCATED, "", base
                 else:
-                    node_state, reason = NodeState.IDLE, ""
-                result.append(NodeInfo(name=status.name, state=node_state, reason=reason))
+                    node_state, reason, raw = NodeState.IDLE, "", base
+                result.append(
+                    NodeInfo(name=status.name, state=node_state, reason=reason, raw_state=raw)
+                )
             return result
 
     def drain(self, node: str, reason: str) -> bool:
@@ -282,6 +287,7 @@ class SimScheduler(Scheduler):
             if node not in state["drained"]:
                 return False
             del state["drained"][node]
+            state["failed"] = [n for n in state.get("failed", []) if n != node]
             self._refresh(state)
             self._save(state)
             return True
@@ -295,6 +301,19 @@ class SimScheduler(Scheduler):
         return True
 
     # ------------------------------------------------------------------ simulation only
+
+    def admin_drain(self, node: str, reason: str, *, fail: bool = False) -> None:
+        """What a site admin's ``scontrol update NodeName=.. State=DRAIN|FAIL Reason=..``
+        does: drains the node, or drains it again with the admin's reason (not idempotent
+        like :meth:`drain`, which never overwrites a drain)."""
+        self.cluster.check_node(node)
+        check_reason(reason)
+        with locked(self.lock_path):
+            state = self._load()
+            state["drained"][node] = reason
+            if fail:
+                state["failed"] = sorted({*state.get("failed", []), node})
+            self._save(state)
 
     def inject_job_fault(self, job_id: str, kind: str, *, batch: int | None = None) -> None:
         """Make a running job misbehave (hang, script bug...) or poison a data batch."""

@@ -167,7 +167,12 @@ def parse_node_line(line: str) -> NodeInfo:
     except KeyError as exc:
         raise SchedulerError(f"scontrol show node: no {exc.args[0]}= in {line[:200]!r}") from None
     reason = _REASON_STAMP_RE.sub("", fields.get("Reason", "")).strip()
-    return NodeInfo(name=name, state=node_state(state), reason="" if reason == "none" else reason)
+    return NodeInfo(
+        name=name,
+        state=node_state(state),
+        reason="" if reason == "none" else reason,
+        raw_state=state,
+    )
 
 
 def parse_exit_code(raw: str | int | Mapping[str, Any] | None) -> int | None:

@@ -1,0 +1,209 @@
+"""What every runbook, worker and CLI host must agree on lives on the Prefect server, never in
+a local file: the guard's lock, the record of destructive actions (the circuit breaker and the
+drain rate limit count them) and trainmedic's drain records (drain ownership).
+
+* **The guard lock** is a Prefect global concurrency limit of one slot. A runbook checks the
+  guard and acts while holding it, so two runs at once cannot both pass a guard that has room
+  for one. It is reentrant within one thread (an isolation holds it around its drains, each of
+  which passes the breaker), and held for seconds: never across a human's approval.
+* **Records** are Prefect Variables, rows in the server's database (SQLite or PostgreSQL)
+  that every host reads the same: one per destructive action (``tm_action_*``, kept for the
+  longest window a policy may have) and one per node trainmedic holds drained
+  (``tm_drain_*``, deleted when trainmedic returns the node).
+
+Both are per cluster (``Settings.cluster``): clusters that share one Prefect server each have
+their own lock, breaker and drain records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from pydantic import ValidationError
+
+from trainmedic.core.errors import ServerError
+from trainmedic.state.records import ActionEntry, DrainRecord
+
+__all__ = [
+    "ACTION_RETENTION",
+    "GUARD_LOCK",
+    "ServerState",
+    "drain_variable_name",
+    "ensure_limit",
+    "guard_lock",
+]
+
+GUARD_LOCK = "trainmedic-guard"
+# No policy window may be longer (settings cap breaker and drain windows at 7 days).
+ACTION_RETENTION = timedelta(days=7)
+GUARD_WAIT_S = 300
+GUARD_LEASE_S = 300
+PAGE = 200
+
+_held: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "trainmedic_guard_held", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def guard_lock(cluster: str, timeout_s: float = GUARD_WAIT_S) -> Iterator[None]:
+    """Hold the one guard lock of ``cluster`` (reentrant within a thread)."""
+    name = f"{GUARD_LOCK}-{cluster}"
+    if name in _held.get():
+        yield
+        return
+    ensure_limit(name, 1)
+    with concurrency(
+        name,
+        occupy=1,
+        strict=True,
+        timeout_seconds=timeout_s,
+        lease_duration=GUARD_LEASE_S,
+        raise_on_lease_renewal_failure=False,
+    ):
+        token = _held.set(_held.get() | {name})
+        try:
+            yield
+        finally:
+            _held.reset(token)
+
+
+def ensure_limit(name: str, limit: int) -> None:
+    """Create the global concurrency limit ``name`` unless it exists. Two runs creating it at
+    once is normal (two events for one job): the loser finds the winner's."""
+    try:
+        # ObjectAlreadyExists: created by the other run meanwhile.
+        with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
+            client.upsert_global_concurrency_limit_by_name(name, limit)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"concurrency limit {name}: Prefect API unreachable ({exc})") from exc
+
+
+def drain_variable_name(cluster: str, node: str) -> str:
+    """Node names are validated hostnames (lowercase letters, digits, dashes): valid in a
+    variable name as they are."""
+    return f"tm_drain_{cluster}_{node}"
+
+
+class ServerState:
+    """One cluster's server-side records. Each call opens its own client: safe from any
+    thread."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.action_tag = f"trainmedic-action-{cluster}"
+        self.drain_tag = f"trainmedic-drain-{cluster}"
+
+    def lock(self, timeout_s: float = GUARD_WAIT_S) -> contextlib.AbstractContextManager[None]:
+        return guard_lock(self.cluster, timeout_s)
+
+    def _client(self) -> contextlib.AbstractContextManager[SyncPrefectClient]:
+        return get_client(sync_client=True)
+
+    def _values(self, tag: str, name_like: str) -> list[tuple[str, Any]]:
+        found: list[tuple[str, Any]] = []
+        try:
+            with self._client() as client:
+                while True:
+                    body = {
+                        "variables": {"tags": {"all_": [tag]}, "name": {"like_": name_like}},
+                        "sort": "NAME_ASC",
+                        "offset": len(found),
+                        "limit": PAGE,
+                    }
+                    page = client.request("POST", "/variables/filter", json=body).json()
+                    found += [(v["name"], v["value"]) for v in page]
+                    if len(page) < PAGE:
+                        return found
+        except httpx.HTTPError as exc:
+            raise ServerError(f"reading {tag} records: Prefect API unreachable ({exc})") from exc
+
+    def _put(self, name: str, value: dict[str, Any], tag: str) -> None:
+        try:
+            with self._client() as client:
+                client.request(
+                    "POST", "/variables/", json={"name": name, "value": value, "tags": [tag]}
+                )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != 409:
+                raise ServerError(f"recording {name}: {exc.response.text[:200]}") from exc
+            with self._client() as client:
+                client.request(
+                    "PATCH",
+                    "/variables/name/{name}",
+                    path_params={"name": name},
+                    json={"value": value, "tags": [tag]},
+                )
+        except httpx.HTTPError as exc:
+            raise ServerError(f"recording {name}: Prefect API unreachable ({exc})") from exc
+
+    def _delete(self, name: str) -> None:
+        try:
+            with self._client() as client:
+                client.delete_variable_by_name(name)
+        except ObjectNotFound:  # already gone, which is what was wanted
+            return
+        except httpx.HTTPError as exc:
+            raise ServerError(f"deleting {name}: Prefect API unreachable ({exc})") from exc
+
+    # ------------------------------------------------------------------ actions
+
+    def record_action(self, entry: ActionEntry) -> None:
+        stamp = entry.at.astimezone(UTC).strftime("%Y%m%dt%H%M%S%f")
+        name = f"tm_action_{self.cluster}_{stamp}_{secrets.token_hex(4)}"
+        self._put(name, entry.model_dump(mode="json"), self.action_tag)
+
+    def actions(self) -> list[ActionEntry]:
+        """Every recorded action still kept, oldest first; records older than the retention
+        are deleted on the way (a torn or foreign value is skipped, as a ledger line was)."""
+        cutoff = datetime.now(UTC) - ACTION_RETENTION
+        entries: list[ActionEntry] = []
+        for name, value in self._values(self.action_tag, f"tm_action_{self.cluster}_%"):
+            try:
+                entry = ActionEntry.model_validate(value)
+            except ValidationError:
+                continue
+            if entry.at < cutoff:
+                self._delete(name)
+                continue
+            entries.append(entry)
+        return sorted(entries, key=lambda e: e.at)
+
+    # ------------------------------------------------------------------ drains
+
+    def record_drain(self, record: DrainRecord) -> None:
+        name = drain_variable_name(self.cluster, record.node)
+        self._put(name, record.model_dump(mode="json"), self.drain_tag)
+
+    def drain_record(self, node: str) -> DrainRecord | None:
+        try:
+            with self._client() as client:
+                variable = client.read_variable_by_name(drain_variable_name(self.cluster, node))
+        except httpx.HTTPError as exc:
+            raise ServerError(f"reading the drain record of {node}: {exc}") from exc
+        if variable is None:
+            return None
+        try:
+            record = DrainRecord.model_validate(variable.value)
+        except ValidationError:
+            return None
+        return record if record.node == node else None
+
+    def drain_records(self) -> list[DrainRecord]:
+        records = []
+        for _, value in self._values(self.drain_tag, f"tm_drain_{self.cluster}_%"):
+            with contextlib.suppress(ValidationError):
+                records.append(DrainRecord.model_validate(value))
+        return sorted(records, key=lambda r: (r.at, r.node))
+
+    def forget_drain(self, node: str) -> None:
+        self._delete(drain_variable_name(self.cluster, node))
