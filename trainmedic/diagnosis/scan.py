@@ -4,7 +4,10 @@ Memory stays bounded whatever the log size: blocks of ~1 MiB, the first and last
 per signature, a sampled loss curve, the last lines. Speed comes from never looking at a
 line in Python unless its *template* (lowercased, digits masked) contains a prefilter
 anchor: a training log is millions of lines sharing a few templates, so one C-level
-translate + split + set per block replaces millions of regex searches.
+translate + split + set per block replaces millions of regex searches. A flagged line runs
+only the signatures whose required literal its template holds, and lines that differ only in
+their numbers share one verdict (:mod:`trainmedic.diagnosis.dispatch`); a hit is built from
+the real line only when it is kept (the first and last few per signature).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
+from trainmedic.diagnosis.dispatch import Dispatch, line_text
 from trainmedic.diagnosis.loss import LossPoint, extract_losses
 from trainmedic.diagnosis.sources import LogSource
 
@@ -71,13 +75,9 @@ class _Bucket:
     first: list[Hit] = field(default_factory=list)
     last: deque[Hit] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
     count: int = 0
-
-    def add(self, hit: Hit) -> None:
-        self.count += 1
-        if len(self.first) < KEEP_FIRST:
-            self.first.append(hit)
-        else:
-            self.last.append(hit)
+    # While scanning: the latest matching lines past the first few, as (raw line, number);
+    # only those still here at the end become hits.
+    pending: deque[tuple[bytes, int]] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
 
     def hits(self) -> list[Hit]:
         return [*self.first, *self.last]
@@ -112,7 +112,8 @@ class _Scanner:
         self.result = SourceScan(source=source, index=index)
         self.catalogue = catalogue
         self.prefilter = catalogue.prefilter.search
-        self.signatures = tuple(s for s in catalogue.signatures)
+        self.dispatch = Dispatch(catalogue.signatures)
+        self.attribution: tuple[int, Attribution] | None = None  # of the latest line asked
         # (first line number, body, loss points from a sample only) of the latest blocks,
         # re-read in full at the end so the end of the curve (where a spike is) is exact.
         self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
@@ -138,6 +139,7 @@ class _Scanner:
             next_line = self._scan_body(carry + b"\n", next_line)
             last_body = last_body[-(64 << 10) :] + carry + b"\n"
         self.result.lines = next_line - 1
+        self._finish_hits()
         self._finish_loss()
         tail = last_body[-(64 << 10) :].decode("utf-8", "replace").splitlines()
         self.result.tail = tail[-TAIL_LINES:]
@@ -176,43 +178,66 @@ class _Scanner:
         self.recent.clear()
 
     def _match_line(self, raw: bytes, line_no: int) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if "\r" in text:  # progress bars redraw with \r: the last frame is what was printed
-            text = text.replace("\r", " ")
-        attribution: tuple[str | None, int | None, str | None, float | None] | None = None
-        for signature in self.signatures:
-            match = signature.regex.search(text)
-            if match is None:
-                continue
-            if attribution is None:
-                attribution = _attribute(text)
-            host, rank, gpu, timestamp = attribution
-            if signature.witness:
-                host = rank = None
-            groups = {k: v for k, v in match.groupdict().items() if v}
-            for name, value in groups.items():
-                if name.startswith(("host", "ip")):
-                    host = value.lower() if name.startswith("host") else value
-                elif name.startswith("rank"):
-                    rank = int(value)
-                elif name.startswith(("pci", "gpu")):
-                    gpu = value
-            source = self.result.source
-            hit = Hit(
-                signature=signature,
-                source_index=self.result.index,
-                file=source.name,
-                line=line_no,
-                text=_excerpt(text, match.start()),
-                host=host if host is not None or signature.witness else source.host,
-                rank=rank if rank is not None or signature.witness else source.rank,
-                gpu=gpu,
-                timestamp=timestamp,
-            )
-            self.result.buckets.setdefault(signature.id, _Bucket()).add(hit)
+        text: str | None = None
+        buckets = self.result.buckets
+        for signature, alternatives in self.dispatch.verdict(raw):
+            if alternatives is not None:
+                if text is None:
+                    text = line_text(raw)
+                if not any(r.search(text) for r in alternatives):
+                    continue
+            bucket = buckets.get(signature.id)
+            if bucket is None:
+                bucket = buckets[signature.id] = _Bucket()
+            bucket.count += 1
+            if len(bucket.first) < KEEP_FIRST:
+                bucket.first.append(self._hit(signature, raw, line_no))
+            else:
+                bucket.pending.append((raw, line_no))
+
+    def _finish_hits(self) -> None:
+        by_id = {s.id: s for s in self.catalogue.signatures}
+        for signature_id, bucket in self.result.buckets.items():
+            signature = by_id[signature_id]
+            bucket.last.extend(self._hit(signature, raw, n) for raw, n in bucket.pending)
+            bucket.pending.clear()
+
+    def _hit(self, signature: Signature, raw: bytes, line_no: int) -> Hit:
+        text = line_text(raw)
+        match = signature.regex.search(text)
+        if match is None:  # the verdict said it matches: a bug, never a silent miss
+            raise AssertionError(f"{signature.id} judged to match line {line_no} but does not")
+        if self.attribution is None or self.attribution[0] != line_no:
+            self.attribution = (line_no, _attribute(text))
+        host, rank, gpu, timestamp = self.attribution[1]
+        if signature.witness:
+            host = rank = None
+        groups = {k: v for k, v in match.groupdict().items() if v}
+        for name, value in groups.items():
+            if name.startswith(("host", "ip")):
+                host = value.lower() if name.startswith("host") else value
+            elif name.startswith("rank"):
+                rank = int(value)
+            elif name.startswith(("pci", "gpu")):
+                gpu = value
+        source = self.result.source
+        return Hit(
+            signature=signature,
+            source_index=self.result.index,
+            file=source.name,
+            line=line_no,
+            text=_excerpt(text, match.start()),
+            host=host if host is not None or signature.witness else source.host,
+            rank=rank if rank is not None or signature.witness else source.rank,
+            gpu=gpu,
+            timestamp=timestamp,
+        )
 
 
-def _attribute(text: str) -> tuple[str | None, int | None, str | None, float | None]:
+Attribution = tuple[str | None, int | None, str | None, float | None]
+
+
+def _attribute(text: str) -> Attribution:
     host: str | None = None
     gpu: str | None = None
     for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX):

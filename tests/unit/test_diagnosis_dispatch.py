@@ -1,0 +1,155 @@
+"""The dispatch of flagged lines: same verdicts as running every signature, hits from real lines."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainmedic.diagnosis import LogSource, load_catalogue
+from trainmedic.diagnosis import dispatch as dispatch_module
+from trainmedic.diagnosis.dispatch import Dispatch, line_text
+from trainmedic.diagnosis.regex_facts import (
+    NON_ASCII_FOLDS,
+    digit_blind,
+    required_factors,
+    split_alternatives,
+)
+from trainmedic.diagnosis.scan import scan_source
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_diagnosis_prefilter import generated_lines
+
+CATALOGUE = load_catalogue()
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
+
+
+def _every_signature(raw: bytes) -> list[str]:
+    text = line_text(raw)
+    return [s.id for s in CATALOGUE.signatures if s.regex.search(text)]
+
+
+def _dispatched(dispatch: Dispatch, raw: bytes) -> list[str]:
+    text = line_text(raw)
+    return [
+        s.id
+        for s, alternatives in dispatch.verdict(raw)
+        if alternatives is None or any(r.search(text) for r in alternatives)
+    ]
+
+
+def _lines() -> list[str]:
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    lines = [line for row in rows for line in row["log"].splitlines()]
+    lines += [e for s in CATALOGUE.signatures for e in s.examples]
+    lines += [g for s in CATALOGUE.signatures for g in generated_lines(s)[0]]
+    rng = random.Random(5)
+    varied = []
+    for line in lines:  # the same lines with other numbers, in capitals, with \r inside
+        varied.append(re.sub(r"\d", lambda _: str(rng.randrange(10)), line))
+        varied.append(line.upper())
+        varied.append(line.replace(" ", "\r", 1))
+    return lines + varied
+
+
+def test_verdicts_are_those_of_every_signature_on_the_real_line() -> None:
+    dispatch = Dispatch(CATALOGUE.signatures)
+    lines = _lines()
+    assert len(lines) > 2000
+    for line in lines + lines:  # the second pass answers from the cache
+        raw = line.encode("utf-8", "surrogateescape")
+        assert _dispatched(dispatch, raw) == _every_signature(raw), line
+    assert dispatch.verdicts  # the cache was used
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A dotless i: (?i) matches it, the template's MASK does not fold it.
+        "NVL\u0131nk: fatal error detected on link 3",
+        "GPU 0000:3b:00.0: row remapping pending",
+        "volatile dbe: 2",
+        "volatile dbe: 0",  # the same digit-masked line as the one above, another verdict
+        "exit code 139",
+        "exit code 138",
+        "OSError: [Errno 28] No space left on device",
+        "OSError: [Errno 29] something else",
+        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception",
+    ],
+)
+def test_digit_sensitive_and_folded_lines(line: str) -> None:
+    dispatch = Dispatch(CATALOGUE.signatures)
+    raw = line.encode()
+    for _ in range(2):
+        assert _dispatched(dispatch, raw) == _every_signature(raw)
+
+
+def test_numbers_share_a_verdict_but_hits_come_from_the_real_line() -> None:
+    lines = [f"node{n:03d}:1:2 [{n % 8}] NCCL WARN Connection refused" for n in range(10)]
+    scan = scan_source(LogSource.from_text("launcher.log", "\n".join(lines)), 0, CATALOGUE)
+    assert scan.count("nccl-warn") == 10
+    hits = [h for h in scan.hits() if h.signature.id == "nccl-warn"]
+    assert [h.host for h in hits] == [
+        "node000",
+        "node001",
+        "node002",
+        "node007",
+        "node008",
+        "node009",
+    ]
+    assert [h.gpu for h in hits] == ["0", "1", "2", "7", "0", "1"]
+    assert [h.line for h in hits] == [1, 2, 3, 8, 9, 10]
+    assert hits[-1].text == lines[-1]
+
+
+def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch_module, "MAX_VERDICTS", 16)
+    dispatch = Dispatch(CATALOGUE.signatures)
+    for n in range(100):
+        dispatch.verdict(f"NCCL WARN peer 0x{n:x}{'abcdef'[n % 6]} lost".encode())
+    assert len(dispatch.verdicts) == 16
+    dispatch.verdict(b"NCCL WARN " + b"x" * (dispatch_module.MAX_KEY_BYTES + 1))
+    assert len(dispatch.verdicts) == 16
+
+
+def test_digit_blindness() -> None:
+    assert digit_blind(r"GPU \d+ has a total capacity of")
+    assert digit_blind(r"[0-9a-fA-F]{4}:\w+ \S+ .{0,9}\b")
+    assert digit_blind(r"NCCL WARN(?![0-9])")
+    assert not digit_blind(r"Signal 11\b")
+    assert not digit_blind(r"volatile dbe\s*[:=]\s*[1-9]")
+    assert not digit_blind(r"(?:-9|137)")
+    assert not digit_blind(r"[^5]")
+    assert not digit_blind(r"(\d)\1")  # a backreference tells digits apart
+
+
+def test_required_factors() -> None:
+    assert required_factors(r"NCCL WARN") == {b"nccl warn"}
+    assert required_factors(r"\[Errno 28\]") == {b"[errno 00]"}
+    assert required_factors(r"(?i)row[- ]remap\w* (?:failure|pending)") == {b"failure", b"pending"}
+    assert required_factors(r"[Nn]ode (?:lost|down)") == {b"node "}
+    assert required_factors(r"(?i)nvlink") == {b"nvlink"}
+    assert required_factors(r"a?|b") is None
+    assert required_factors(r".*\d+") is None
+
+
+def test_split_alternatives() -> None:
+    assert split_alternatives(r"(?i)a|(b|c)|[|]|\||[]|]x") == ["a", "(b|c)", "[|]", r"\|", "[]|]x"]
+    assert split_alternatives(r"abc") == ["abc"]
+
+
+def test_non_ascii_folds_are_the_ones_re_knows() -> None:
+    ascii_letter = re.compile(r"(?i)[a-z]")
+    found = {
+        code: chr(code).lower()
+        for code in range(128, sys.maxunicode + 1)
+        if ascii_letter.fullmatch(chr(code))
+    }
+    assert set(found) == set(NON_ASCII_FOLDS)
+    for code, letter in NON_ASCII_FOLDS.items():
+        assert re.fullmatch(f"(?i){letter}", chr(code))

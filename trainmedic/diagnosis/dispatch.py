@@ -1,0 +1,180 @@
+"""Which signatures a flagged line is run against, and which verdicts repeat across lines.
+
+A noisy log flags thousands of lines (NCCL warnings) that differ only in their numbers; running
+every signature on each is what made it slow. Each signature's regex is split into its
+top-level alternatives and each is read once (:mod:`trainmedic.diagnosis.regex_facts`):
+
+* a flagged line runs only the alternatives whose required factors its template holds (one
+  search of all factors at once, not one per signature);
+* an alternative that is *digit-blind* matches a line exactly when it matches the line with
+  its digits masked to ``0``, so its verdict is cached per digit-masked line (bounded); the
+  others (Xid codes, exit code 137, ``[Errno 28]``) are run on the real line each time.
+
+Only *which* signatures match is cached: a hit (host, rank, GPU, excerpt) always comes from
+running the matched signature on the real line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from trainmedic.diagnosis.catalogue import MASK, Signature
+from trainmedic.diagnosis.regex_facts import NON_ASCII_FOLDS, analyse, split_alternatives
+
+__all__ = ["DIGITS", "Dispatch", "Verdict", "dispatch_template", "line_text"]
+
+# ASCII digits to "0", nothing else: the key of the verdict cache.
+DIGITS = bytes(ord("0") if 0x30 <= b <= 0x39 else b for b in range(256))
+MAX_VERDICTS = 4096  # cached digit-masked lines per scan (oldest dropped first)
+MAX_KEY_BYTES = 2048  # longer lines are judged every time, never cached
+
+# In catalogue order, (signature, None) where it matches every line of this digit-masked
+# form, (signature, alternatives) where it may: those are run on the real line.
+Verdict = tuple[tuple[Signature, tuple[re.Pattern[str], ...] | None], ...]
+
+
+def line_text(raw: bytes) -> str:
+    """A raw log line as the signatures see it."""
+    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    # Progress bars redraw with \r: the last frame is what was printed.
+    return text.replace("\r", " ") if "\r" in text else text
+
+
+def dispatch_template(key: bytes) -> bytes:
+    """What required factors are looked for in: the line as its text reads (a "\\r" inside it
+    is a space), lowercased with its digits as 0, the four non-ASCII case partners of i, s, k
+    folded."""
+    if key.isascii():
+        return key.translate(MASK).replace(b"\r", b" ")
+    text = line_text(key).translate(NON_ASCII_FOLDS)
+    return text.encode("utf-8", "surrogateescape").translate(MASK)
+
+
+@dataclass(frozen=True)
+class _Alternative:
+    signature: int  # index in the catalogue
+    regex: re.Pattern[str]
+    blind: bool
+    required: tuple[frozenset[bytes], ...]  # every set must be met; the first is indexed
+
+
+@dataclass(frozen=True)
+class _Tables:
+    alternatives: tuple[_Alternative, ...]
+    always: tuple[int, ...]  # alternatives without a required factor
+    by_factor: dict[bytes, tuple[int, ...]]  # factor -> alternatives it is the first set of
+    within: dict[bytes, frozenset[bytes]]  # indexed factor -> those inside it (itself too)
+    finder: re.Pattern[bytes] | None  # the longest indexed factor starting at a position
+
+
+@cache
+def _tables(signatures: tuple[Signature, ...]) -> _Tables:
+    alternatives: list[_Alternative] = []
+    for index, signature in enumerate(signatures):
+        pattern, flags = signature.regex.pattern, signature.regex.flags
+        parts = split_alternatives(pattern)
+        try:
+            compiled = [re.compile(part, flags) for part in parts] if len(parts) > 1 else []
+        except re.error:  # e.g. a backreference to another alternative's group
+            compiled = []
+        for regex in compiled or [signature.regex]:
+            facts = analyse(regex.pattern, regex.flags)
+            alternatives.append(_Alternative(index, regex, facts.digit_blind, facts.required))
+    by_factor: dict[bytes, list[int]] = {}
+    for number, alternative in enumerate(alternatives):
+        for factor in alternative.required[0] if alternative.required else ():
+            by_factor.setdefault(factor, []).append(number)
+    factors = sorted(by_factor)
+    return _Tables(
+        alternatives=tuple(alternatives),
+        always=tuple(n for n, a in enumerate(alternatives) if not a.required),
+        by_factor={f: tuple(n) for f, n in by_factor.items()},
+        within={f: frozenset(g for g in factors if g in f) for f in factors},
+        finder=re.compile(_trie(factors)) if factors else None,
+    )
+
+
+def _trie(words: Sequence[bytes]) -> bytes:
+    """One regex over ``words`` that, at a position, matches the longest word starting there."""
+    children: dict[bytes, list[bytes]] = {}
+    ends = False
+    for word in words:
+        if word:
+            children.setdefault(word[:1], []).append(word[1:])
+        else:
+            ends = True
+    if not children:
+        return b""
+    body = b"(?:" + b"|".join(re.escape(k) + _trie(v) for k, v in sorted(children.items())) + b")"
+    return body + b"?" if ends else body
+
+
+class Dispatch:
+    """Per scan: the verdict of each digit-masked flagged line, cached (bounded)."""
+
+    def __init__(self, signatures: Sequence[Signature]) -> None:
+        self.signatures = tuple(signatures)
+        self.tables = _tables(self.signatures)
+        self.verdicts: dict[bytes, Verdict] = {}
+
+    def verdict(self, raw: bytes) -> Verdict:
+        key = raw.translate(DIGITS)
+        found = self.verdicts.get(key)
+        if found is not None:
+            return found
+        found = self._judge(key)
+        if len(key) <= MAX_KEY_BYTES:
+            if len(self.verdicts) >= MAX_VERDICTS:
+                del self.verdicts[next(iter(self.verdicts))]
+            self.verdicts[key] = found
+        return found
+
+    def present(self, template: bytes) -> set[bytes]:
+        """Every indexed factor (first required set of an alternative) the template holds."""
+        finder, within = self.tables.finder, self.tables.within
+        found: set[bytes] = set()
+        if finder is None:
+            return found
+        position = 0
+        while (match := finder.search(template, position)) is not None:
+            found |= within[match.group()]
+            position = match.start() + 1
+        return found
+
+    def candidates(self, key: bytes) -> list[int]:
+        """The alternatives (in catalogue order) whose required factors the line holds."""
+        tables = self.tables
+        template = dispatch_template(key)
+        chosen = set(tables.always)
+        for factor in self.present(template):
+            for number in tables.by_factor[factor]:
+                if number not in chosen and all(
+                    any(f in template for f in required)
+                    for required in tables.alternatives[number].required[1:]
+                ):
+                    chosen.add(number)
+        return sorted(chosen)
+
+    def _judge(self, key: bytes) -> Verdict:
+        text: str | None = None
+        sure: set[int] = set()
+        unsure: dict[int, list[re.Pattern[str]]] = {}
+        for number in self.candidates(key):
+            alternative = self.tables.alternatives[number]
+            if alternative.signature in sure:
+                continue
+            if not alternative.blind:
+                unsure.setdefault(alternative.signature, []).append(alternative.regex)
+                continue
+            if text is None:
+                text = line_text(key)
+            if alternative.regex.search(text):
+                sure.add(alternative.signature)
+                unsure.pop(alternative.signature, None)
+        return tuple(
+            (self.signatures[i], None if i in sure else tuple(unsure[i]))
+            for i in sorted(sure | unsure.keys())
+        )
