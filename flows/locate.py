@@ -1,10 +1,14 @@
 """Runbook `locate-faulty-nodes`: which nodes of a set are broken or slow — then isolate them.
 
-    check the nodes against the inventory → round after round of pair tests
+    check the nodes against the inventory → hold them (a scheduler hold on the idle ones:
+    no job lands there during the tests; drained and down nodes run nothing anyway; a node
+    running someone's job is never tested, it is reported undetermined) → round after
+    round of pair tests
     (playbooks/nccl_pair_test.yml, all groups of a round at once; trainmedic.locate decides
     the groups and the verdicts) → table artifact per round → if asked to isolate: policy
     (trainmedic.decisions.guard) → human approval unless it is small and inside the blast-radius
-    guard → drain in the scheduler + playbooks/isolate_node.yml → Markdown summary
+    guard → drain in the scheduler + playbooks/isolate_node.yml → release the hold →
+    Markdown summary
 
 A round's groups are split into batches, one ansible-runner run (one Prefect task) each,
 the batches of a round running concurrently: an ansible-playbook start costs ~1.5 s of
@@ -26,11 +30,19 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from flows.isolate import IsolationApproval, isolate
 from trainmedic.adapters.ansible import Inventory, run_playbook
+from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError
-from trainmedic.core.models import IsolationOutcome, JobId, NodeName, PairResult, PlaybookResult
+from trainmedic.core.models import (
+    IsolationOutcome,
+    JobId,
+    NodeName,
+    NodeState,
+    PairResult,
+    PlaybookResult,
+)
 from trainmedic.core.settings import get_settings
-from trainmedic.locate import Group, RoundRecord, check_nodes, locate
+from trainmedic.locate import Group, LocateReport, RoundRecord, check_nodes, locate
 from trainmedic.reports.nodes import locate_report, round_table
 
 __all__ = [
@@ -112,6 +124,7 @@ class LocateResult(BaseModel):
     slow: list[str]
     healthy: list[str]
     undetermined: list[str]
+    not_tested: dict[str, str] = Field(default_factory=dict)  # node → why it was not held
     rounds: int
     tests_run: int
     wall_s: float
@@ -127,6 +140,7 @@ class LocateResult(BaseModel):
             "faulty": self.faulty,
             "slow": self.slow,
             "undetermined": self.undetermined,
+            "not_tested": self.not_tested,
             "rounds": self.rounds,
             "tests_run": self.tests_run,
             "wall_s": round(self.wall_s, 3),
@@ -157,7 +171,14 @@ def pair_result(group: Group, result: PlaybookResult, timeout_s: int | None) -> 
     if outcome == "unreachable":
         return PairResult(nodes=group, ok=False, error=f"{leader} unreachable")
     if not isinstance(facts, dict):
-        return PairResult(nodes=group, ok=False, error=f"no test result from {leader} ({outcome})")
+        # The test never ran, or Ansible was cut off before it reported (the overall timeout
+        # of an overloaded controller): nothing is known about the nodes, retried.
+        return PairResult(
+            nodes=group,
+            ok=False,
+            undetermined=True,
+            error=f"no test result from {leader} ({outcome}): never ran or cut off",
+        )
     rc = facts.get("rc")
     errors = [str(e) for e in facts.get("errors") or []]
     if rc in TIMEOUT_RCS or facts.get("timed_out") is True:
@@ -174,6 +195,48 @@ def pair_result(group: Group, result: PlaybookResult, timeout_s: int | None) -> 
 
 
 # ----------------------------------------------------------------------------- tasks
+
+# How long a hold outlives a crashed run at most (a finished run releases it at once).
+HOLD_S = 1800
+
+
+@task(name="hold-nodes", cache_policy=NO_CACHE)
+def hold_nodes(
+    nodes: list[str], name: str, job_id: str | None, dry_run: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The nodes that may be tested, and the others with why.
+
+    Testable: held by us now (the idle ones), drained or down (no job runs or lands there),
+    or running only the job this run is about (its own nodes: the remediation's to test).
+    A node running anyone else's job is never tested under their training. A dry run holds
+    nothing."""
+    scheduler = get_scheduler()
+    states = {n.name: n for n in scheduler.nodes()}
+    running = [j for j in scheduler.jobs() if not j.state.finished]
+    others = {n for j in running if j.job_id != job_id for n in j.nodes}
+    own = {n for j in running if j.job_id == job_id for n in j.nodes} - others
+    idle = [n for n in nodes if n in states and states[n].state is NodeState.IDLE]
+    held = set(idle if dry_run else scheduler.hold(name, idle, HOLD_S))
+    quiet = {NodeState.DRAINED, NodeState.DOWN}
+    testable = [
+        n
+        for n in nodes
+        if n in held or n in own or (n in states and states[n].state in quiet and n not in others)
+    ]
+    skipped = {
+        n: f"{states[n].state if n in states else 'unknown to the scheduler'}: "
+        "running another job, not held, not tested"
+        for n in nodes
+        if n not in testable
+    }
+    if skipped:
+        get_run_logger().warning("not tested (not held): %s", skipped)
+    return testable, skipped
+
+
+@task(name="release-hold", cache_policy=NO_CACHE)
+def release_hold(name: str) -> bool:
+    return get_scheduler().release(name)
 
 
 @task(name="run-pair-tests", cache_policy=NO_CACHE)
@@ -246,10 +309,26 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
             list(record.slow),
         )
 
-    started = mark[0]
-    report = locate(
-        nodes, run_round, seed=request.seed, slow_ratio=request.slow_ratio, on_round=publish_round
-    )
+    context = FlowRunContext.get()
+    run_id = str(context.flow_run.id) if context and context.flow_run else None
+    hold = f"trainmedic-locate-{(run_id or 'local')[:8]}"
+    testable, not_tested = hold_nodes(nodes, hold, request.job_id, request.dry_run)
+    started = mark[0] = time.monotonic()
+    try:
+        report = (
+            locate(
+                testable,
+                run_round,
+                seed=request.seed,
+                slow_ratio=request.slow_ratio,
+                on_round=publish_round,
+            )
+            if testable
+            else LocateReport(slow_ratio=request.slow_ratio)
+        )
+    finally:
+        if not request.dry_run:
+            release_hold(hold)
     wall_s = time.monotonic() - started
 
     outcome = None
@@ -267,22 +346,24 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
     key = "locate-summary"
     create_markdown_artifact(
         key=key,
-        markdown=locate_report(report, wall_s, outcome, dry_run=request.dry_run),
+        markdown=locate_report(
+            report, wall_s, outcome, dry_run=request.dry_run, not_tested=not_tested
+        ),
         description=f"Locate: faulty {list(report.faulty)}, slow {list(report.slow)}",
     )
-    context = FlowRunContext.get()
     return LocateResult(
         nodes=list(report.nodes),
         faulty=list(report.faulty),
         slow=list(report.slow),
         healthy=list(report.healthy),
-        undetermined=list(report.undetermined),
+        undetermined=sorted([*report.undetermined, *not_tested]),
+        not_tested=not_tested,
         rounds=report.rounds,
         tests_run=report.tests_run,
         wall_s=wall_s,
         round_wall_s=round_wall_s,
         reference_gbps=report.reference_gbps,
         isolation=outcome,
-        flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
+        flow_run_id=run_id,
         report_key=key,
     )

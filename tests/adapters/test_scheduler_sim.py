@@ -92,3 +92,17 @@ def test_unknown_job_and_node(sim) -> None:
         scheduler.job("999999")
     with pytest.raises(InputError, match="node"):
         scheduler.drain("node042", "why")
+
+
+def test_held_nodes_take_no_job_until_released(sim) -> None:
+    _, scheduler = sim
+    running = scheduler.submit(JobSpec(name="running", nodes=2, steps=100_000))
+    everyone = [f"node{i:03d}" for i in range(1, 9)]
+    held = scheduler.hold("trainmedic-locate-t1", everyone, 600)
+    assert sorted(held) == sorted(set(everyone) - set(running.nodes))  # never a job's nodes
+    waiting = scheduler.submit(JobSpec(name="waiting", nodes=2, steps=100_000))
+    assert scheduler.job(waiting.job_id).state is JobState.PENDING
+    assert scheduler.release("trainmedic-locate-t1")
+    assert not scheduler.release("trainmedic-locate-t1")  # idempotent
+    assert scheduler.job(waiting.job_id).state is JobState.RUNNING
+    assert not set(scheduler.job(waiting.job_id).nodes) & set(running.nodes)

@@ -3,6 +3,7 @@ playbooks/nccl_pair_test.yml and isolate_node.yml against the simulated cluster 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from uuid import UUID
@@ -174,8 +175,10 @@ def test_isolation_stops_the_failed_job_on_the_node_after_the_drain(
     wait_until(lambda: scheduler.job(bystander.job_id).state is JobState.RUNNING, 30, "running")
     victim = scheduler.job(failing.job_id).nodes[1]
     cluster.inject(victim, "slow")  # the job crawls on, still running there
-    result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, job_id=failing.job_id))
+    result = locate_faulty_nodes(LocateRequest(nodes=ALL, isolate=True, job_id=failing.job_id))
     assert result.slow == [victim]
+    # The failed job's own nodes are tested; the bystander's are not (never under its job).
+    assert set(result.not_tested) == set(scheduler.job(bystander.job_id).nodes)
     kinds = [(a.what, a.changed) for a in result.isolation.actions]
     assert kinds == [("drain", True), ("stop job on node", True)]
     assert scheduler.job(failing.job_id).state is JobState.CANCELLED
@@ -276,4 +279,27 @@ def test_pair_result_reads_the_playbook_facts() -> None:
     mute = pair_result(group, _played({"rc": 0, "busbw_gbps": "", "errors": []}), None)
     assert not mute.ok and "bus bandwidth" in mute.error
     assert pair_result(group, _played(None, "unreachable"), None).error == "a1 unreachable"
-    assert "no test result" in pair_result(group, _played(None, "failed"), None).error
+    never = pair_result(group, _played(None, "failed"), None)
+    assert "no test result" in never.error and never.undetermined and not never.ok
+    assert not hung.undetermined and not broken.undetermined  # those are findings
+
+
+@pytest.mark.server
+def test_a_node_running_someone_elses_job_is_never_pair_tested(prefect_server, sim) -> None:
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.core.models import JobSpec
+
+    _, scheduler = sim
+    other = scheduler.submit(JobSpec(name="someone-else", nodes=2, steps=100_000))
+    busy = set(other.nodes)
+    wait_until(lambda: scheduler.job(other.job_id).state == "RUNNING", 30, "the job runs")
+
+    result = locate_faulty_nodes(LocateRequest(nodes=ALL, isolate=False))
+    assert set(result.not_tested) == busy and busy <= set(result.undetermined)
+    assert not busy & set(result.faulty)
+    table = artifacts(result.flow_run_id)["locate-round-1"]
+    rows = json.loads(table) if isinstance(table, str) else table
+    tested = {n for row in rows for n in row["pair"].split(",")}
+    assert not busy & tested and tested  # the others were tested
+    assert scheduler.job(other.job_id).state == "RUNNING"  # untouched
+    assert not scheduler.release(f"trainmedic-locate-{result.flow_run_id[:8]}")  # released

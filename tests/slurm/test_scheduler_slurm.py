@@ -356,3 +356,26 @@ def test_isolating_a_node_stops_only_the_failed_jobs_steps_there(tmp_path: Path)
     assert scheduler.cancel_steps_on(job.job_id, "node002", "trainmedic isolate") == []
     scheduler.cancel(job.job_id, "test done")
     scheduler.cancel(bystander.job_id, "test done")
+
+
+def test_a_hold_is_a_reservation_that_never_takes_a_busy_node(tmp_path: Path) -> None:
+    s = make(tmp_path, "sleep", "300")
+    busy = s.submit(JobSpec(name="busy", nodes=1))
+    jobs = [busy.job_id]
+    try:
+        busy_node = wait_for(s, busy.job_id, lambda j: j.state is JobState.RUNNING).nodes[0]
+        held = s.hold("trainmedic-locate-slurmtest", list(NODES), 600)
+        assert sorted(held) == sorted(set(NODES) - {busy_node})
+        assert "trainmedic-locate-slurmtest" in _sh("scontrol", "show", "reservation")
+        # Nothing lands on the held nodes: with the one other node busy, a new job waits.
+        waiting = s.submit(JobSpec(name="waiting", nodes=1))
+        jobs.append(waiting.job_id)
+        time.sleep(3)
+        assert s.job(waiting.job_id).state is JobState.PENDING
+        assert s.release("trainmedic-locate-slurmtest")
+        assert not s.release("trainmedic-locate-slurmtest")  # idempotent
+        wait_for(s, waiting.job_id, lambda j: j.state is JobState.RUNNING)
+    finally:
+        _sh("scontrol", "delete", "ReservationName=trainmedic-locate-slurmtest", check=False)
+        for job_id in jobs:
+            s.cancel(job_id, "test done")

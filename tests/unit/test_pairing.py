@@ -355,3 +355,43 @@ def test_locator_steps_in_order() -> None:
     assert loc.plan() == []
     assert loc.done
     assert loc.report().healthy == ("a1", "a2", "a3", "a4")
+
+
+# ----------------------------------------------------------------------------- undetermined
+
+
+def cut_off(result: PairResult) -> PairResult:
+    """What an overloaded controller leaves of a test: nothing about the nodes."""
+    update = {"ok": False, "busbw_gbps": None, "undetermined": True, "error": "never ran"}
+    return result.model_copy(update=update)
+
+
+@PROPERTY
+@given(clusters(min_nodes=4, one_in=4), st.integers(0, 2**32))
+def test_tests_cut_off_from_outside_never_convict(cluster: tuple, chaos: int) -> None:
+    """80 % of all tests overrun on the controller: healthy nodes end healthy or undetermined,
+    never faulty or slow."""
+    nodes, faulty, slow, seed = cluster
+    fabric = SimulatedFabric(faulty, slow)
+    rnd = random.Random(chaos)
+
+    def overloaded(groups: Sequence[Group]) -> list[PairResult]:
+        return [cut_off(r) if rnd.random() < 0.8 else r for r in fabric.run_round(groups)]
+
+    report = locate(nodes, overloaded, seed=seed)
+    healthy = set(nodes) - faulty - slow
+    assert not healthy & (set(report.faulty) | set(report.slow))
+    assert set(report.faulty) <= faulty
+
+
+def test_a_node_whose_tests_never_run_is_undetermined_not_faulty() -> None:
+    nodes = simulated_nodes(8)
+    fabric = SimulatedFabric(set(), set())
+
+    def never_for_node3(groups: Sequence[Group]) -> list[PairResult]:
+        return [cut_off(r) if nodes[3] in r.nodes else r for r in fabric.run_round(groups)]
+
+    report = locate(nodes, never_for_node3, seed=1)
+    assert report.undetermined == (nodes[3],) and report.faulty == ()
+    first = report.records[0]
+    assert Verdict.UNDETERMINED in first.verdicts and first.retried >= 1  # retried at once

@@ -185,6 +185,9 @@ class PairResult(Strict):
     busbw_gbps: float | None = None
     error: str = ""
     attempts: int = 1
+    # The test never started, or was cut off from outside (a killed playbook, an overloaded
+    # controller): neither a pass nor a failure of the nodes.
+    undetermined: bool = False
 
 
 class ActionRecord(BaseModel):

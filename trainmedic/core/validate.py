@@ -23,6 +23,16 @@ def hostname(value: str, field: str = "node") -> str:
     return value
 
 
+HOLD_NAME_RE = re.compile(r"^trainmedic-[a-z0-9-]{1,80}$")
+
+
+def hold_name(value: str, field: str = "hold") -> str:
+    """A node hold's name (a Slurm reservation name): always trainmedic's own prefix."""
+    if not isinstance(value, str) or not HOLD_NAME_RE.match(value):
+        raise InputError(field, value, "not a hold name (trainmedic-[a-z0-9-]{1,80})")
+    return value
+
+
 def job_id(value: str | int, field: str = "job_id") -> str:
     text = str(value)
     if not JOB_ID_RE.match(text):

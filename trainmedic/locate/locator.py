@@ -71,20 +71,21 @@ class LocateReport(Strict):
     """The outcome: four disjoint sorted sets covering ``nodes``, and how it was reached.
 
     ``rounds`` counts planned test rounds (retries are not rounds); ``tests_run`` counts
-    every group test executed, retries included.
+    every group test executed, retries included. The defaults: nothing tested (no node could
+    be held).
     """
 
-    nodes: tuple[str, ...]
-    seed: int
     slow_ratio: float
-    reference_gbps: float | None
-    faulty: tuple[str, ...]
-    slow: tuple[str, ...]
-    healthy: tuple[str, ...]
-    undetermined: tuple[str, ...]
-    rounds: int = Field(ge=0)
-    tests_run: int = Field(ge=0)
-    records: tuple[RoundRecord, ...]
+    nodes: tuple[str, ...] = ()
+    seed: int = 0
+    reference_gbps: float | None = None
+    faulty: tuple[str, ...] = ()
+    slow: tuple[str, ...] = ()
+    healthy: tuple[str, ...] = ()
+    undetermined: tuple[str, ...] = ()
+    rounds: int = Field(default=0, ge=0)
+    tests_run: int = Field(default=0, ge=0)
+    records: tuple[RoundRecord, ...] = ()
 
     def summary(self, wall_s: float) -> dict[str, object]:
         """The CLI's JSON object; ``wall_s`` is measured by the caller."""
@@ -282,6 +283,8 @@ class Locator:
 
     def _apply(self, groups: Sequence[Group], verdicts: Sequence[Verdict]) -> None:
         for group, verdict in zip(groups, verdicts, strict=True):
+            if verdict is Verdict.UNDETERMINED:
+                continue  # says nothing about these nodes: they stay pending
             if verdict.failed:
                 self._failed_together.append(group)
                 for node in group:
@@ -306,15 +309,19 @@ class Locator:
         ]
 
     def _retry_groups(self) -> list[Group]:
-        """This round's failed tests that are one clean failure short of convicting."""
+        """This round's tests that said nothing (undetermined), and its failed tests that are
+        one clean failure short of convicting."""
         pending = set(self.pending)
         return [
             group
             for group, verdict in zip(self._groups, self._verdicts, strict=True)
-            if verdict.failed
-            and any(
-                node in pending and all(m == node or m in self._healthy for m in group)
-                for node in group
+            if (verdict is Verdict.UNDETERMINED and any(node in pending for node in group))
+            or (
+                verdict.failed
+                and any(
+                    node in pending and all(m == node or m in self._healthy for m in group)
+                    for node in group
+                )
             )
         ]
 

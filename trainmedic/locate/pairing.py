@@ -110,10 +110,13 @@ class Verdict(StrEnum):
     PASS = "pass"  # noqa: S105 - a test verdict, not a password
     SLOW = "slow"
     ERROR = "error"
+    # The test never ran or was cut off from outside (an overloaded controller, a killed
+    # playbook): it says nothing about the nodes. Retried, never counted towards a conviction.
+    UNDETERMINED = "undetermined"
 
     @property
     def failed(self) -> bool:
-        return self is not Verdict.PASS
+        return self in (Verdict.SLOW, Verdict.ERROR)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -236,7 +239,9 @@ def judge_round(
         reference = reference_busbw(results)
     verdicts: list[Verdict] = []
     for r in results:
-        if not r.ok:
+        if r.undetermined:
+            verdicts.append(Verdict.UNDETERMINED)
+        elif not r.ok:
             verdicts.append(Verdict.ERROR)
         elif reference is not None and r.busbw_gbps is not None:
             too_slow = r.busbw_gbps < slow_ratio * reference

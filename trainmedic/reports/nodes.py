@@ -9,14 +9,21 @@ from trainmedic.reports.common import cell, dry_run_mark, names
 
 
 def locate_report(
-    report: LocateReport, wall_s: float, outcome: IsolationOutcome | None, *, dry_run: bool
+    report: LocateReport,
+    wall_s: float,
+    outcome: IsolationOutcome | None,
+    *,
+    dry_run: bool,
+    not_tested: dict[str, str] | None = None,
 ) -> str:
+    not_tested = not_tested or {}
     lines = [
         f"# Locate faulty nodes{dry_run_mark(dry_run)}",
         "",
         "| | |",
         "|---|---|",
-        f"| nodes | {len(report.nodes)}: {compress_nodelist(report.nodes)} |",
+        f"| nodes tested | {len(report.nodes)}: {compress_nodelist(report.nodes)} |",
+        f"| not tested (not held) | {names(sorted(not_tested)) if not_tested else '—'} |",
         f"| faulty | **{names(report.faulty)}** |",
         f"| slow | **{names(report.slow)}** |",
         f"| undetermined | {names(report.undetermined)} |",
@@ -36,6 +43,9 @@ def locate_report(
             f"{row['busbw_gbps'] if row['busbw_gbps'] is not None else '—'} | "
             f"{row['attempts']} | {cell(row['error']) or ''} |"
         )
+    if not_tested:
+        lines += ["", "## Not tested", "", "| node | why |", "|---|---|"]
+        lines += [f"| {node} | {cell(why)} |" for node, why in sorted(not_tested.items())]
     if outcome is not None:
         lines += isolation_section(outcome)
     return "\n".join(lines) + "\n"

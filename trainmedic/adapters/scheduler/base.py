@@ -54,6 +54,16 @@ class Scheduler(ABC):
         """Return a drained node to service. Returns False if it was not drained."""
 
     @abstractmethod
+    def hold(self, name: str, nodes: list[str], duration_s: int) -> list[str]:
+        """Keep new jobs off idle ``nodes`` for up to ``duration_s`` (a pair test is about to
+        run there) under the hold ``name``. Returns the nodes held: a node that is running
+        a job, or takes one meanwhile, is left out, never taken from its job."""
+
+    @abstractmethod
+    def release(self, name: str) -> bool:
+        """End the hold ``name``. Returns False if there was none (idempotent)."""
+
+    @abstractmethod
     def cancel_steps_on(self, job_id: str, node: str, reason: str) -> list[str]:
         """Stop what ``job_id`` still runs on ``node`` (a node being isolated), and nothing
         else: never another job, never the job's work elsewhere where the scheduler can tell

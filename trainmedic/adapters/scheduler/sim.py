@@ -97,7 +97,12 @@ class SimScheduler(Scheduler):
 
     def _try_start(self, state: dict[str, Any], record: dict[str, Any]) -> None:
         spec = JobSpec.model_validate(record["spec"])
-        unavailable = self._busy_nodes(state) | set(state["drained"]) | set(spec.exclude)
+        unavailable = (
+            self._busy_nodes(state)
+            | set(state["drained"])
+            | set(spec.exclude)
+            | self._held_nodes(state)
+        )
         free = [
             s.name
             for s in self.cluster.statuses()
@@ -268,6 +273,37 @@ class SimScheduler(Scheduler):
                     NodeInfo(name=status.name, state=node_state, reason=reason, raw_state=raw)
                 )
             return result
+
+    @staticmethod
+    def _held_nodes(state: dict[str, Any]) -> set[str]:
+        now = time.time()
+        holds = state.get("holds", {})
+        return {n for hold in holds.values() if hold["until"] > now for n in hold["nodes"]}
+
+    def hold(self, name: str, nodes: list[str], duration_s: int) -> list[str]:
+        """A reservation on the idle ones among ``nodes``: placement skips them until release
+        or expiry, as Slurm skips a reservation's nodes for other users' jobs."""
+        for node in nodes:
+            self.cluster.check_node(node)
+        with locked(self.lock_path):
+            state = self._load()
+            self._refresh(state)
+            busy = self._busy_nodes(state)
+            idle = [n for n in nodes if n not in busy and n not in state["drained"]]
+            if idle:
+                holds = state.setdefault("holds", {})
+                holds[name] = {"nodes": idle, "until": time.time() + duration_s}
+                self._save(state)
+            return idle
+
+    def release(self, name: str) -> bool:
+        with locked(self.lock_path):
+            state = self._load()
+            if name not in state.get("holds", {}):
+                return False
+            del state["holds"][name]
+            self._save(state)
+            return True
 
     def drain(self, node: str, reason: str) -> bool:
         self.cluster.check_node(node)

@@ -37,8 +37,10 @@ with this interpreter; pass ``command=["srun", "python", "train.py"]`` (or set
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -497,6 +499,45 @@ cd "$run_dir"
             return False
         self._check(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
         return True
+
+    def hold(self, name: str, nodes: list[str], duration_s: int) -> list[str]:
+        """A Slurm reservation for this user on the idle ones among ``nodes``. Without
+        IGNORE_JOBS slurmctld refuses a reservation on a node that runs a job, so a node that
+        took a job since we looked is never taken from it: we look again and retry once."""
+        name = validate.hold_name(name)
+        wanted = {validate.hostname(n) for n in nodes}
+        minutes = max(1, math.ceil(duration_s / 60))
+        for _ in range(2):
+            idle = sorted(
+                n.name for n in self.nodes() if n.name in wanted and n.state is NodeState.IDLE
+            )
+            if not idle:
+                return []
+            args = [
+                "scontrol",
+                "create",
+                "reservation",
+                f"ReservationName={name}",
+                f"Nodes={','.join(idle)}",
+                "StartTime=now",
+                f"Duration={minutes}",
+                f"Users={getpass.getuser()}",
+            ]
+            proc = self._call(args)
+            if proc.returncode == 0:
+                return idle
+            log.warning("hold %s: %s", name, self._failure(args, proc))
+        raise SchedulerError(self._failure(args, proc))
+
+    def release(self, name: str) -> bool:
+        name = validate.hold_name(name)
+        proc = self._call(["scontrol", "delete", f"ReservationName={name}"])
+        if proc.returncode == 0:
+            return True
+        said = (proc.stderr + proc.stdout).lower()
+        if "reservation is invalid" in said or "invalid reservation" in said:  # none: done
+            return False
+        raise SchedulerError(self._failure(["scontrol", "delete", f"ReservationName={name}"], proc))
 
     def resume(self, node: str) -> bool:
         node = validate.hostname(node)
