@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainmedic.diagnosis import load_catalogue  # noqa: E402
+from trainmedic.diagnosis import site_catalogue  # noqa: E402
 
 LINES_PER_BATCH = 4096
 MIB = 1 << 20
@@ -188,7 +188,7 @@ def main() -> int:
     args = parser.parse_args()
 
     base = args.keep or Path(tempfile.mkdtemp(prefix="trainmedic-speed-"))
-    ere = "|".join(f"({s.grep_pattern})" for s in load_catalogue().signatures)
+    ere = "|".join(f"({s.grep_pattern})" for s in site_catalogue().signatures)
     logs: dict[str, Figures] = {}
     try:
         for name, noise in (("quiet", 0.0), ("noisy", args.noise)):

@@ -77,6 +77,14 @@ class Settings(BaseSettings):
     llm_api_key_block: str | None = None
     llm_timeout_s: float = Field(default=20.0, gt=0, le=600)
 
+    # The diagnosis: a site's own signatures and Xid overrides, in a TOML file of the
+    # signatures.toml format (trainmedic/diagnosis/data/README.md), merged once at first use.
+    signatures_overlay: Path | None = Field(
+        default=None,
+        description="site overlay of signatures.toml (extra or replaced "
+        "signatures, extra prefilter anchors, Xid code -> category overrides)",
+    )
+
     # Telemetry (Prometheus text format, DCGM exporter metric names).
     telemetry_url: HttpUrl | None = None
     http_timeout_s: float = Field(default=10.0, gt=0, le=300)

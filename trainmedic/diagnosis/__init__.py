@@ -9,6 +9,7 @@ from __future__ import annotations
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
 from trainmedic.diagnosis.engine import diagnose, diagnose_paths, suspect_hosts
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm, llm_config_from_settings
+from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.sources import LogSource, host_and_rank_from_name
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "host_and_rank_from_name",
     "llm_config_from_settings",
     "load_catalogue",
+    "site_catalogue",
     "suspect_hosts",
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -12,14 +13,14 @@ from pathlib import Path
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
-from trainmedic.diagnosis.xid import APPLICATION_XID, codes_for, load_xid_catalogue
-from trainmedic.diagnosis.xid import lookup as _lookup
+from trainmedic.diagnosis.xid import APPLICATION_XID, XidEntry, load_xid_catalogue
 
 __all__ = [
     "MASK",
     "Catalogue",
     "Role",
     "Signature",
+    "build_catalogue",
     "load_catalogue",
     "mask_template",
     "python_regex_to_ere",
@@ -74,6 +75,12 @@ class Catalogue:
     signatures: tuple[Signature, ...]
     anchors: tuple[str, ...]
     prefilter: re.Pattern[bytes]  # searched in masked templates, never in raw lines
+    # NVIDIA's Xid catalogue as this site reads it (overrides merged): logs and telemetry.
+    xid: Mapping[int, XidEntry] = field(default_factory=dict, compare=False, hash=False)
+
+    def xid_codes(self, category: Category) -> frozenset[int]:
+        """Every Xid code filed under ``category``."""
+        return frozenset(code for code, e in self.xid.items() if e.category is category)
 
     def by_id(self, signature_id: str) -> Signature:
         for signature in self.signatures:
@@ -117,15 +124,12 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
     )
 
 
-def lookup_kind(code: int) -> str:
-    entry = _lookup(code)
-    return entry.kind if entry else ""
-
-
 _XID_CODE_RE = re.compile(r"Xid \([^)]*\):? *(\d+)\b")
 
 
-def _xid_signatures(table: dict[str, object], origin: str) -> list[Signature]:
+def _xid_signatures(
+    table: dict[str, object], origin: str, xid: Mapping[int, XidEntry]
+) -> list[Signature]:
     """One signature per category of NVIDIA's Xid catalogue (data/xid_catalogue.csv) that the
     ``[xid]`` table weighs; each example goes to the signature of its code."""
     try:
@@ -143,11 +147,12 @@ def _xid_signatures(table: dict[str, object], origin: str) -> list[Signature]:
         by_code.setdefault(int(found[1]), []).append(example)
     groups: list[tuple[str, Category, float, list[int]]] = []
     for category, weight in weights.items():
-        codes = sorted(c for c in codes_for(category) if lookup_kind(c) != "application")
+        codes = sorted(c for c, e in xid.items() if e.category is category)
+        codes = [c for c in codes if xid[c].kind != "application"]
         groups.append((f"xid-{category.value}", category, weight, codes))
     # Application-class Xids: the job's own fault, told apart by their signature id so that
     # the remediation plan sends them to the owner and never to a drain.
-    application = sorted(c for c, e in load_xid_catalogue().items() if e.kind == "application")
+    application = sorted(c for c, e in xid.items() if e.kind == "application")
     groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application))
     signatures = []
     for sig_id, category, weight, codes in groups:
@@ -173,24 +178,38 @@ def parse_catalogue(text: str, origin: str = "signatures.toml") -> Catalogue:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
-    signatures = tuple(
-        [
-            *(_xid_signatures(data["xid"], origin) if "xid" in data else []),
-            *(_signature_from_table(e, origin) for e in data.get("signature", [])),
-        ]
-    )
+    return build_catalogue(data, origin)
+
+
+def build_catalogue(
+    data: dict[str, object],
+    origin: str = "signatures.toml",
+    xid: Mapping[int, XidEntry] | None = None,
+    replacing: Mapping[str, Signature] | None = None,
+) -> Catalogue:
+    """The catalogue of a parsed signatures.toml; ``xid``: the Xid catalogue to generate the
+    Xid signatures from (NVIDIA's by default); ``replacing``: signatures that take the place
+    of those with their id (a site's overlay), the others of it come last."""
+    xid = load_xid_catalogue() if xid is None else xid
+    built = [
+        *(_xid_signatures(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
+        *(_signature_from_table(e, origin) for e in data.get("signature", [])),  # type: ignore[attr-defined]
+    ]
+    replacing = dict(replacing or {})
+    built = [replacing.pop(s.id, s) for s in built]
+    signatures = (*built, *replacing.values())
     ids = [s.id for s in signatures]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ConfigError(f"{origin}: duplicate signature ids {duplicates}")
-    anchors = tuple(str(a) for a in data.get("prefilter", {}).get("anchors", []))
+    anchors = tuple(str(a) for a in data.get("prefilter", {}).get("anchors", []))  # type: ignore[attr-defined]
     if not anchors:
         raise ConfigError(f"{origin}: [prefilter].anchors is empty")
     try:
         prefilter = re.compile("|".join(f"(?:{a})" for a in anchors).encode())
     except re.error as exc:
         raise ConfigError(f"{origin}: bad prefilter anchor: {exc}") from exc
-    return Catalogue(signatures=signatures, anchors=anchors, prefilter=prefilter)
+    return Catalogue(signatures=signatures, anchors=anchors, prefilter=prefilter, xid=dict(xid))
 
 
 @cache

@@ -17,12 +17,12 @@ from pathlib import Path
 from trainmedic.core.models import Diagnosis, Evidence, GpuTelemetry
 from trainmedic.core.taxonomy import Category, layer_of, remediation_for
 from trainmedic.core.validate import HOSTNAME_RE
-from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
+from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm
 from trainmedic.diagnosis.loss import find_loss_spike
+from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
-from trainmedic.diagnosis.xid import codes_for
 
 __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
 
@@ -34,10 +34,6 @@ MAX_WINNER_EVIDENCE = 8
 MAX_OTHER_EVIDENCE = 6
 MAX_LOCATIONS = 4
 
-# The telemetry path reads Xids through the same catalogue as the log signatures.
-XID_FALLEN_OFF = codes_for(Category.GPUFallenOff)
-XID_ECC = codes_for(Category.ECCError)
-XID_NVLINK = codes_for(Category.NVLinkError)
 HOT_GPU_C = 90.0
 
 # What a fault typically drags along on the same or other ranks: these do not count as
@@ -105,11 +101,11 @@ def diagnose(
     made progress. ``exit_code``: what the scheduler reported. ``llm``: asked only when no
     rule explains the logs.
     """
-    cat = catalogue or load_catalogue()
+    cat = catalogue or site_catalogue()
     scans = [scan_source(source, index, cat) for index, source in enumerate(sources)]
     hits = [hit for scan in scans for hit in scan.hits()]
     hits.extend(_loss_hits(scans))
-    hits.extend(_telemetry_hits(telemetry))
+    hits.extend(_telemetry_hits(telemetry, cat))
     hits.extend(_exit_code_hits(exit_code, hits))
     stale = heartbeat_age_s is not None and heartbeat_age_s >= hang_after_s
     if stale:
@@ -197,7 +193,11 @@ def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
     return hits
 
 
-def _telemetry_hits(telemetry: Sequence[GpuTelemetry]) -> list[Hit]:
+def _telemetry_hits(telemetry: Sequence[GpuTelemetry], cat: Catalogue) -> list[Hit]:
+    # Telemetry reads Xids through the same catalogue as the log signatures.
+    fallen_off, ecc, nvlink = (
+        cat.xid_codes(c) for c in (Category.GPUFallenOff, Category.ECCError, Category.NVLinkError)
+    )
     hits = []
     for gpu in telemetry:
         readings = (
@@ -206,11 +206,11 @@ def _telemetry_hits(telemetry: Sequence[GpuTelemetry]) -> list[Hit]:
             f"nvlink_errors_total={gpu.nvlink_errors_total:g} temperature_c={gpu.temperature_c}"
         )
         signatures = []
-        if gpu.xid_last in XID_FALLEN_OFF:
+        if gpu.xid_last in fallen_off:
             signatures.append(TELEMETRY_FALLEN_OFF)
-        if gpu.xid_last in XID_ECC or gpu.ecc_dbe_total > 0:
+        if gpu.xid_last in ecc or gpu.ecc_dbe_total > 0:
             signatures.append(TELEMETRY_ECC)
-        if gpu.xid_last in XID_NVLINK or gpu.nvlink_errors_total > 0:
+        if gpu.xid_last in nvlink or gpu.nvlink_errors_total > 0:
             signatures.append(TELEMETRY_NVLINK)
         if gpu.temperature_c is not None and gpu.temperature_c >= HOT_GPU_C:
             signatures.append(TELEMETRY_HOT)
