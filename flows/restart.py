@@ -18,6 +18,7 @@ from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.errors import CheckpointError
 from trainmedic.core.models import ActionRecord, JobId
+from trainmedic.decisions.attempts import exclusions
 from trainmedic.reports.recovery import restart_report
 
 
@@ -66,7 +67,7 @@ def restart(request: RestartRequest) -> RestartResult:
         if not job.state.finished:
             actions.append(stop_job(job, "trainmedic restart by on-call", request.dry_run))
         drained = [n.name for n in get_scheduler().nodes() if n.state == "DRAINED"]
-        exclude = sorted({*job.spec.exclude, *(n for n in drained if n in job.nodes)})
+        exclude = list(exclusions(job, drained))
         new_job, restarted = restart_from(
             job, target, exclude=exclude, changes={}, dry_run=request.dry_run
         )

@@ -29,7 +29,7 @@ from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.errors import CheckpointError
 from trainmedic.core.models import ActionRecord, JobId
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.attempts import attempts_so_far, failure_streak
+from trainmedic.decisions.attempts import attempts_so_far, exclusions, failure_streak
 from trainmedic.decisions.training import at_step, spike_start
 from trainmedic.reports.recovery import rollback_report
 
@@ -140,7 +140,7 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
         new_job, restarted = restart_from(
             job,
             target,
-            exclude=list(job.spec.exclude),
+            exclude=list(exclusions(job, _drained())),
             changes={"skip_batches": skip},
             dry_run=request.dry_run,
         )
@@ -183,3 +183,7 @@ def _ask(job_id: str, step: int, timeout_s: int) -> tuple[bool, str]:
         return False, f"no answer within {timeout_s} s: nothing done"
     verdict = "approved" if answer.approve else "rejected"
     return answer.approve, verdict + (f": {answer.note}" if answer.note else "")
+
+
+def _drained() -> list[str]:
+    return [n.name for n in get_scheduler().nodes() if n.state == "DRAINED"]

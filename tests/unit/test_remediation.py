@@ -2,7 +2,7 @@ from support.builders import job_info
 
 from trainmedic.core.models import Diagnosis, Evidence, JobInfo
 from trainmedic.core.taxonomy import Action, Category, layer_of, remediation_for
-from trainmedic.decisions.attempts import attempts_so_far
+from trainmedic.decisions.attempts import attempts_so_far, exclusions
 from trainmedic.decisions.remediation import origin_node, plan_remediation
 
 
@@ -77,6 +77,17 @@ def test_retry_budget_pages_instead_of_requeuing() -> None:
 def test_already_drained_job_nodes_are_excluded() -> None:
     plan = plan_remediation(diagnosis(Category.StorageError), job(), drained=["node002", "node9"])
     assert plan.exclude == ("node002",)
+
+
+def test_exclude_is_drained_now_not_every_node_ever_excluded() -> None:
+    """node007 was excluded two attempts ago and has been repaired and restored since; node008
+    is still drained. Only node008 (and the node drained now) stay out."""
+    earlier = job().model_copy(
+        update={"spec": job().spec.model_copy(update={"exclude": ("node007", "node008")})}
+    )
+    assert exclusions(earlier, drained_now=["node008", "node099"]) == ("node008",)
+    plan = plan_remediation(diagnosis(Category.ECCError, "node001"), earlier, drained=["node008"])
+    assert plan.exclude == ("node001", "node008")
 
 
 def test_every_category_has_a_layer_and_remediation() -> None:

@@ -10,6 +10,7 @@ from trainmedic.core.models import JobInfo, JobState
 __all__ = [
     "FAILED_STATES",
     "attempts_so_far",
+    "exclusions",
     "failure_categories",
     "failure_streak",
     "resubmission_chain",
@@ -65,3 +66,15 @@ def _failed_in_a_row(job: JobInfo, chain: list[JobInfo]) -> list[JobInfo]:
             break  # an attempt that ended otherwise (completed, or still running) ends the run
         streak.append(run)
     return streak
+
+
+def exclusions(
+    job: JobInfo, drained_now: Collection[str], draining: Collection[str] = ()
+) -> tuple[str, ...]:
+    """The nodes the next attempt must avoid: those this remediation is draining, and those
+    drained now among the job's nodes and its earlier exclusions. Not every node ever
+    excluded: one excluded for an earlier attempt and returned to service since (repaired,
+    passed its checks) is a good node again, and excluding it for ever only shrinks the
+    pool the job can start on."""
+    earlier = {*job.nodes, *job.spec.exclude}
+    return tuple(sorted({*draining, *(n for n in drained_now if n in earlier)}))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
+from trainmedic.decisions.attempts import exclusions
 from trainmedic.diagnosis import suspect_hosts
 from trainmedic.diagnosis.xid import APPLICATION_XID
 
@@ -149,7 +150,7 @@ def plan_remediation(
         spec_changes = {"num_workers": 0, "gc_interval": GC_INTERVAL_STEPS}
         reasons.append(f"resubmit with num_workers=0 and GC every {GC_INTERVAL_STEPS} steps")
 
-    exclude = tuple(sorted({*drain, *(n for n in drained if n in job.nodes), *job.spec.exclude}))
+    exclude = exclusions(job, drained, drain)
     reasons.append(
         f"resubmit from the newest valid checkpoint (attempt {attempts + 1} of {retry_budget})"
         + (f", excluding {', '.join(exclude)}" if exclude else "")
