@@ -9,6 +9,7 @@ checkpoint through the spike → verify → report
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger, pause_flow_run
@@ -29,6 +30,7 @@ from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.errors import CheckpointError
 from trainmedic.core.models import ActionRecord, JobId
 from trainmedic.core.settings import get_settings
+from trainmedic.decisions.admission import admit, event_scope
 from trainmedic.decisions.attempts import attempts_so_far, exclusions, failure_streak
 from trainmedic.decisions.training import at_step, spike_start
 from trainmedic.reports.recovery import rollback_report
@@ -45,6 +47,9 @@ class RollbackRequest(BaseModel):
     require_approval: bool = Field(default=False, description="pause for a human before acting")
     approval_timeout_s: int = Field(default=3600, ge=10, le=86_400)
     dry_run: bool = False
+    occurred: datetime | None = Field(
+        default=None, description="when the event happened (a stale one starts nothing)"
+    )
 
 
 class RollbackApproval(RunInput):
@@ -61,11 +66,33 @@ class RollbackResult(BaseModel):
     new_job_id: str | None
     report_id: str
     acted: bool = True  # False: a human or the budget said no; nothing was stopped
+    not_handled: str | None = None  # a duplicate, stale or foreign event: nothing done, why
 
 
 @flow(name="rollback", log_prints=True)
 def rollback(request: RollbackRequest) -> RollbackResult:
     with job_lock(request.job_id):
+        job = load_job(request.job_id)
+        admission = admit(
+            job,
+            event=request.event,
+            occurred=request.occurred,
+            now=datetime.now(UTC),
+            resubmissions=[j for j in get_scheduler().jobs() if j.resubmission_of == job.job_id],
+            scope=event_scope(get_settings()),
+        )
+        if not admission.admitted:
+            get_run_logger().warning("job %s: %s: %s", job.job_id, admission.kind, admission.why)
+            return RollbackResult(
+                job_id=job.job_id,
+                spike_step=request.reported_step or 0,
+                checkpoint_step=None,
+                skip_batches=None,
+                new_job_id=None,
+                report_id="",
+                acted=False,
+                not_handled=f"{admission.kind}: {admission.why}",
+            )
         return roll_back(request)
 
 

@@ -8,6 +8,7 @@ load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -43,6 +44,7 @@ from trainmedic.core.models import (
 from trainmedic.core.settings import get_settings
 from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
+from trainmedic.decisions.admission import Admission, admit, event_scope
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.remediation import plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
@@ -63,6 +65,9 @@ class TriageRequest(BaseModel):
     )
     dry_run: bool = Field(default=False, description="diagnose and plan, change nothing")
     restart: bool = Field(default=True, description="resubmit the job when the plan says so")
+    occurred: datetime | None = Field(
+        default=None, description="when the event happened (a stale one starts nothing)"
+    )
 
 
 class TriageResult(BaseModel):
@@ -74,6 +79,8 @@ class TriageResult(BaseModel):
     new_job_id: str | None
     report_key: str
     report_id: str
+    # Set when the event started no remediation: duplicate, stale or foreign, and why.
+    not_handled: str | None = None
 
 
 @task(name="classify-failure", cache_policy=NO_CACHE)
@@ -136,6 +143,29 @@ def _roll_back(
     return record, checkpoint, new_job
 
 
+def _not_handled(job: JobInfo, admission: Admission) -> TriageResult:
+    """The event starts nothing: recorded, with why, in the run's log, report and result."""
+    get_run_logger().warning("job %s: %s: %s", job.job_id, admission.kind, admission.why)
+    key = f"triage-{job.job_id}"
+    report_id = create_markdown_artifact(
+        key=key,
+        markdown=f"# Triage of job {job.job_id}: not handled ({admission.kind})\n\n"
+        f"{admission.why}\n\nNothing was diagnosed, drained, stopped or resubmitted.\n",
+        description=f"Triage of job {job.job_id}: {admission.kind}, nothing done",
+    )
+    return TriageResult(
+        job_id=job.job_id,
+        category="",
+        root_cause_host=None,
+        drained=[],
+        checkpoint_step=None,
+        new_job_id=None,
+        report_key=key,
+        report_id=str(report_id),
+        not_handled=f"{admission.kind}: {admission.why}",
+    )
+
+
 def _heartbeat_age(job: JobInfo) -> float | None:
     """Seconds since the job last showed progress; None for a job that has ended."""
     if job.state.finished:
@@ -158,6 +188,16 @@ def _triage(request: TriageRequest) -> TriageResult:
     settings = get_settings()
     logger = get_run_logger()
     job = load_job(request.job_id)
+    admission = admit(
+        job,
+        event=request.event,
+        occurred=request.occurred,
+        now=datetime.now(UTC),
+        resubmissions=[j for j in get_scheduler().jobs() if j.resubmission_of == job.job_id],
+        scope=event_scope(settings),
+    )
+    if not admission.admitted:
+        return _not_handled(job, admission)
     logger.info(
         "triage of job %s (%s): %s on %s", job.job_id, request.event, job.state, ",".join(job.nodes)
     )
@@ -255,12 +295,18 @@ def _triage(request: TriageRequest) -> TriageResult:
     if plan.notify_owner:
         actions.append(
             ActionRecord(
-                what="notify owner", target=job.spec.owner, outcome="traceback sent; not retried"
+                what="notify owner",
+                target=job.spec.owner,
+                outcome="not retried; the owner must be told (trainmedic sent no notice)",
             )
         )
     if plan.page_oncall:
         actions.append(
-            ActionRecord(what="page on-call", target="on-call", outcome="human decision needed")
+            ActionRecord(
+                what="page on-call",
+                target="on-call",
+                outcome="human decision needed (trainmedic sent no page)",
+            )
         )
 
     key = f"triage-{job.job_id}"

@@ -71,10 +71,11 @@ def test_xid79_drains_origin_and_restarts_from_newest_valid_checkpoint(prefect_s
     assert "fallen off the bus" in text or "unspecified launch failure" in text
     assert f"| drain | {origin} |" in text
 
-    # Replayed: no second drain, no second resubmission.
+    # Replayed: ends at once as a duplicate, no diagnostics, no drain, no resubmission.
     again = triage(TriageRequest(job_id=job.job_id, event="job.failed"))
-    assert again.new_job_id == new.job_id
-    assert again.drained == []
+    assert again.not_handled and again.not_handled.startswith("duplicate")
+    assert new.job_id in again.not_handled
+    assert again.drained == [] and again.new_job_id is None
     assert len([j for j in scheduler.jobs() if j.resubmission_of == job.job_id]) == 1
 
 
@@ -167,3 +168,43 @@ def test_a_stale_checkpoint_of_an_earlier_run_is_never_resumed(prefect_server, s
     result = triage(TriageRequest(job_id=failed.job_id, event="job.failed"))
     assert result.checkpoint_step is not None and result.checkpoint_step < 100
     assert scheduler.job(result.new_job_id).spec.resume_from_step == result.checkpoint_step
+
+
+@pytest.mark.server
+def test_a_stale_event_starts_nothing_but_a_human_can_still_ask(prefect_server, sim) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from flows.triage import TriageRequest, triage
+
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name="stale", nodes=2, steps=100_000, checkpoint_every=20))
+    wait_step(job, 25)
+    cluster.inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    yesterday = datetime.now(UTC) - timedelta(days=1)
+
+    stale = triage(TriageRequest(job_id=failed.job_id, event="job.failed", occurred=yesterday))
+    assert stale.not_handled and stale.not_handled.startswith("stale")
+    assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
+    assert not [j for j in scheduler.jobs() if j.resubmission_of == failed.job_id]
+    assert "not handled (stale)" in report(stale)
+
+    asked = triage(TriageRequest(job_id=failed.job_id, event="manual", occurred=yesterday))
+    assert asked.not_handled is None and asked.drained == [failed.nodes[1]]
+
+
+@pytest.mark.server
+def test_events_about_jobs_of_unmanaged_owners_start_nothing(
+    prefect_server, sim, monkeypatch
+) -> None:
+    from flows.triage import TriageRequest, triage
+    from trainmedic.core.settings import get_settings
+
+    monkeypatch.setenv("TRAINMEDIC_MANAGED_OWNERS", "pretrain-team")
+    get_settings.cache_clear()
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="theirs", nodes=1, steps=5, owner="someone"))
+    done = wait_finished(scheduler, job.job_id)
+    result = triage(TriageRequest(job_id=done.job_id, event="job.failed"))
+    assert result.not_handled and result.not_handled.startswith("foreign")
+    assert "someone" in result.not_handled

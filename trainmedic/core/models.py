@@ -82,6 +82,8 @@ class JobInfo(Strict):
     submitted_at: datetime
     ended_at: datetime | None = None
     resubmission_of: str | None = None
+    # Submitted through trainmedic (its spec known): only such jobs are remediated.
+    managed: bool = True
 
 
 class NodeInfo(Strict):

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     approval_timeout_s: int = Field(default=1800, ge=10, le=7 * 86_400)
 
     # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
+    # Which events start a remediation: older ones are stale; owners limits the jobs managed.
+    event_max_age_s: int = Field(default=3600, ge=60, le=7 * 86_400)
+    managed_owners: str = Field(
+        default="", description="comma-separated job owners trainmedic manages; empty: all"
+    )
     breaker_limit: int = Field(default=20, ge=1, le=100_000)
     breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)
 

@@ -385,6 +385,7 @@ cd "$run_dir"
             ),
             ended_at=job.ended_at,
             resubmission_of=meta.get("resubmission_of"),
+            managed=run_dir is not None,
         )
 
     def _slurm_job(self, job_id: str) -> SlurmJob:
