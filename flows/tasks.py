@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,13 +18,21 @@ from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 
+from flows.verify import heartbeat_step, schedule_verification, training_again
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ServerState, ensure_limit
 from trainmedic.adapters.telemetry import fetch_gpu_telemetry
 from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
-from trainmedic.core.models import ActionRecord, Checkpoint, GpuTelemetry, JobInfo, PlaybookResult
+from trainmedic.core.models import (
+    ActionRecord,
+    Checkpoint,
+    GpuTelemetry,
+    JobInfo,
+    JobState,
+    PlaybookResult,
+)
 from trainmedic.core.settings import get_settings
 from trainmedic.core.validate import safe_text
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
@@ -290,36 +297,41 @@ def resubmit_job(
 
 
 @task(name="verify-restart", cache_policy=NO_CACHE)
-def verify_restart(new_job: JobInfo, from_step: int) -> JobInfo:
-    """Wait until the resubmitted job runs and its heartbeat advances past the checkpoint."""
+def verify_restart(new_job: JobInfo, from_step: int) -> tuple[JobInfo, ActionRecord]:
+    """The resubmitted job trains past the checkpoint again (checked here, in seconds), or it
+    waits in the queue: then it is queued, not failed, and the verify-resubmission runbook
+    checks it when it starts, while this run ends and releases the job's lock."""
     settings = get_settings()
     scheduler = get_scheduler()
-    deadline = time.monotonic() + settings.verify_timeout_s
-    heartbeat = Path(new_job.heartbeat_path)
-    while time.monotonic() < deadline:
-        current = scheduler.job(new_job.job_id)
-        if current.state == "COMPLETED":
-            # It trained to the end (a short remainder, or checked late by a duplicate run).
-            return current
-        if current.state.finished:
-            raise SchedulerError(
-                f"resubmitted job {new_job.job_id} ended {current.state} before making progress"
-            )
-        step = heartbeat_step(heartbeat)
-        if step is not None and step > from_step:
-            get_run_logger().info("job %s is training again: step %d", new_job.job_id, step)
-            return current
+    target = f"job {new_job.job_id}"
+    current = scheduler.job(new_job.job_id)
+    grace_until = time.monotonic() + settings.queue_grace_s
+    while current.state is JobState.PENDING and time.monotonic() < grace_until:
         time.sleep(0.5)
-    raise SchedulerError(
-        f"resubmitted job {new_job.job_id} made no progress within {settings.verify_timeout_s} s"
+        current = scheduler.job(new_job.job_id)
+    if current.state is JobState.PENDING:
+        run = schedule_verification(current.job_id, from_step)
+        queued = f"queued ({current.reason or 'PENDING'}): "
+        outcome = (
+            f"{queued}verified when it starts by run {run}"
+            if run
+            else f"{queued}NOT verified (no verify-resubmission deployment): check it by hand"
+        )
+        get_run_logger().warning("job %s %s", current.job_id, outcome)
+        return current, ActionRecord(what="verify", target=target, outcome=outcome)
+    deadline = time.monotonic() + settings.verify_timeout_s
+    while not training_again(current, from_step):
+        if time.monotonic() > deadline:
+            raise SchedulerError(
+                f"resubmitted job {new_job.job_id} made no progress within "
+                f"{settings.verify_timeout_s} s"
+            )
+        time.sleep(0.5)
+        current = scheduler.job(new_job.job_id)
+    get_run_logger().info("job %s is training again", new_job.job_id)
+    return current, ActionRecord(
+        what="verify", target=target, outcome="heartbeat advancing past the checkpoint"
     )
-
-
-def heartbeat_step(heartbeat: Path) -> int | None:
-    try:
-        return int(json.loads(heartbeat.read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 @task(name="stop-job", cache_policy=NO_CACHE)
@@ -443,12 +455,6 @@ def restart_from(
         ActionRecord(what="resubmit", target=f"job {job.job_id}", changed=True, outcome=outcome)
     ]
     if not dry_run:
-        new_job = verify_restart(new_job, from_step)
-        actions.append(
-            ActionRecord(
-                what="verify",
-                target=f"job {new_job.job_id}",
-                outcome="heartbeat advancing past the checkpoint",
-            )
-        )
+        new_job, verified = verify_restart(new_job, from_step)
+        actions.append(verified)
     return new_job, actions

@@ -202,3 +202,41 @@ def test_hang_is_detected_and_triaged(stack) -> None:
     new = wait_resubmission(scheduler, job.job_id)
     assert scheduler.job(job.job_id).state is JobState.CANCELLED
     assert new.spec.resume_from_step is not None
+
+
+def test_a_stale_event_through_the_trigger_starts_no_remediation(stack) -> None:
+    """The trigger hands triage the event's time; an event two hours old (the limit is one)
+    ends its run as stale: no drain, no resubmission, the run Completed with why."""
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.client.orchestration import get_client
+
+    settings, embedded = stack
+    cluster = SimCluster(settings.sim_home)
+    scheduler, job = run_job(settings, "stale", nodes=2)
+    wait_step(job, 30)
+    cluster.inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    old = datetime.now(UTC) - timedelta(hours=2)
+    event = JobEvent(kind="job.failed", job_id=failed.job_id, exit_code=1, occurred=old)
+    emit(event, api_url=embedded.api_url)
+
+    def finished_triage() -> object:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs()
+        return next(
+            (
+                r
+                for r in runs
+                if r.parameters.get("request", {}).get("job_id") == failed.job_id
+                and r.state is not None
+                and r.state.is_final()
+            ),
+            None,
+        )
+
+    run = wait_until(finished_triage, 120, "the triage run of the stale event")
+    assert run.state.is_completed()
+    assert run.parameters["request"]["occurred"].startswith(old.date().isoformat())
+    assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
+    assert not [j for j in scheduler.jobs() if j.resubmission_of == failed.job_id]

@@ -208,3 +208,60 @@ def test_events_about_jobs_of_unmanaged_owners_start_nothing(
     result = triage(TriageRequest(job_id=done.job_id, event="job.failed"))
     assert result.not_handled and result.not_handled.startswith("foreign")
     assert "someone" in result.not_handled
+
+
+@pytest.mark.server
+def test_a_queued_resubmission_completes_the_triage_and_is_verified_later(
+    prefect_server, sim, monkeypatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    from flows.triage import TriageRequest, triage
+    from flows.verify import VerifyRequest, verify_resubmission
+    from trainmedic.core.settings import get_settings
+
+    monkeypatch.setenv("TRAINMEDIC_QUEUE_GRACE_S", "1")
+    get_settings.cache_clear()
+    verify_resubmission.to_deployment(name="verify-resubmission").apply()
+    cluster, scheduler = sim
+    blocker = scheduler.submit(JobSpec(name="blocker", nodes=6, steps=100_000))
+    job = scheduler.submit(JobSpec(name="queued", nodes=2, steps=100_000, checkpoint_every=20))
+    wait_step(job, 25)
+    cluster.inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+
+    # One node left for a two-node job: the resubmission waits in the queue.
+    result = triage(TriageRequest(job_id=failed.job_id, event="job.failed"))
+    assert result.drained == [failed.nodes[1]] and result.new_job_id
+    assert scheduler.job(result.new_job_id).state is JobState.PENDING
+    assert "| verify | job" in report(result) and "queued" in report(result)
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(
+                name=DeploymentFilterName(any_=["verify-resubmission"])
+            )
+        )
+    (scheduled,) = [r for r in runs if r.parameters["request"]["job_id"] == result.new_job_id]
+    assert scheduled.parameters["request"]["from_step"] == result.checkpoint_step
+
+    # The capacity frees up; the verification (what the worker runs) sees it train.
+    scheduler.cancel(blocker.job_id, "make room")
+    verified = verify_resubmission(VerifyRequest(**scheduled.parameters["request"]))
+    assert verified.state == "RUNNING" and verified.step > result.checkpoint_step
+
+
+@pytest.mark.server
+def test_a_resubmission_that_never_starts_is_reported(prefect_server, sim, monkeypatch) -> None:
+    from flows.verify import VerifyRequest, verify_resubmission
+    from trainmedic.core.errors import SchedulerError
+    from trainmedic.core.settings import get_settings
+
+    monkeypatch.setenv("TRAINMEDIC_PENDING_TIMEOUT_S", "3")
+    get_settings.cache_clear()
+    _, scheduler = sim
+    scheduler.submit(JobSpec(name="everything", nodes=8, steps=100_000))
+    stuck = scheduler.submit(JobSpec(name="stuck", nodes=1, steps=100_000))
+    assert scheduler.job(stuck.job_id).state is JobState.PENDING
+    with pytest.raises(SchedulerError, match=r"still PENDING .* never started"):
+        verify_resubmission(VerifyRequest(job_id=stuck.job_id, from_step=0))

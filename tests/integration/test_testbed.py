@@ -299,8 +299,8 @@ def wait(what: str, check, timeout_s: float, every_s: float = 0.5):  # type: ign
 def test_slurm_job_on_a_node_whose_link_dies_is_triaged_drained_and_resubmitted(
     prefect_server, slurm_tb: Settings
 ) -> None:
-    from flows.tasks import heartbeat_step
     from flows.triage import TriageRequest, triage
+    from flows.verify import heartbeat_step
     from trainmedic.adapters.events import emit
     from trainmedic.adapters.intake import Intake
     from trainmedic.adapters.scheduler import get_scheduler

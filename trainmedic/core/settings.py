@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     )
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
     verify_timeout_s: float = Field(default=120.0, gt=0)
+    # A resubmission still queued after this long is reported: it never started.
+    pending_timeout_s: float = Field(default=6 * 3600.0, gt=0, le=7 * 86_400)
+    # How long a fresh resubmission may stay PENDING before it counts as queued (a scheduler
+    # cycle: Slurm starts a job that fits within seconds).
+    queue_grace_s: float = Field(default=10.0, ge=0, le=600)
 
     @property
     def known_hosts(self) -> Path:
