@@ -35,6 +35,7 @@ from trainmedic.core.models import (
 )
 from trainmedic.core.settings import get_settings
 from trainmedic.core.validate import safe_text
+from trainmedic.decisions.attempts import spec_changes_for
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
 from trainmedic.decisions.training import LossRecord, parse_loss_history
 from trainmedic.diagnosis import LlmConfig, llm_config_from_settings
@@ -280,12 +281,13 @@ def resubmit_job(
             exclude,
         )
         return None
+    resume = checkpoint.step if checkpoint else None
     with guarded(ActionKind.resubmit, f"job {job.job_id}"):
         new = scheduler.resubmit(
             job.job_id,
-            resume_from_step=checkpoint.step if checkpoint else None,
+            resume_from_step=resume,
             exclude=tuple(exclude),
-            **changes,
+            **spec_changes_for(job.spec, resume, changes),
         )
     logger.info(
         "resubmitted job %s as %s from step %d",

@@ -240,3 +240,24 @@ def test_a_stale_event_through_the_trigger_starts_no_remediation(stack) -> None:
     assert run.parameters["request"]["occurred"].startswith(old.date().isoformat())
     assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
     assert not [j for j in scheduler.jobs() if j.resubmission_of == failed.job_id]
+
+
+def test_locate_isolate_from_the_cli_runs_through_its_deployment(stack) -> None:
+    """`trainmedic locate --isolate` drains on the worker, through the deployment (where the
+    policy and the guard are the installation's), not in the CLI's process."""
+    from prefect.client.orchestration import get_client
+
+    from trainmedic.cli.main import main
+
+    settings, _ = stack
+    scheduler, job = run_job(settings, "bystander", nodes=1)
+    scheduler.cancel(job.job_id, "free the nodes")
+    SimCluster(settings.sim_home).inject("node003", "xid79")
+    assert main(["locate", "--isolate", "--json", "node[001-004]"]) == 0
+    drained = {n.name: n.reason for n in scheduler.nodes() if n.state is NodeState.DRAINED}
+    assert list(drained) == ["node003"] and "locate-faulty-nodes" in drained["node003"]
+    with get_client(sync_client=True) as client:
+        runs = [
+            r for r in client.read_flow_runs() if r.parameters.get("request", {}).get("isolate")
+        ]
+    assert runs and all(r.deployment_id is not None for r in runs)

@@ -2,7 +2,7 @@ from support.builders import job_info
 
 from trainmedic.core.models import Diagnosis, Evidence, JobInfo
 from trainmedic.core.taxonomy import Action, Category, layer_of, remediation_for
-from trainmedic.decisions.attempts import attempts_so_far, exclusions
+from trainmedic.decisions.attempts import attempts_so_far, exclusions, spec_changes_for
 from trainmedic.decisions.remediation import origin_node, plan_remediation
 
 
@@ -165,3 +165,18 @@ def test_hardware_evidence_beside_an_application_xid_wins() -> None:
     assert found.category is Category.ECCError
     plan = plan_remediation(found, job(nodes=("node001", "node002")))
     assert plan.drain == ("node002",) and not plan.notify_owner
+
+
+def test_skipped_batches_stay_with_the_attempt_that_needed_them() -> None:
+    rolled_back = job().spec.model_copy(
+        update={"skip_batches": (121, 130), "num_workers": 0, "gc_interval": 50}
+    )
+    # Resuming past the skipped batches: they are behind the job, not carried on.
+    assert spec_changes_for(rolled_back, 200, {}) == {"skip_batches": None}
+    # Resuming before them (an earlier checkpoint): still needed.
+    assert spec_changes_for(rolled_back, 100, {}) == {}
+    # A new rollback sets its own; lasting fixes (num_workers, GC) are never undone here.
+    assert spec_changes_for(rolled_back, 200, {"skip_batches": (301, 310)}) == {
+        "skip_batches": (301, 310)
+    }
+    assert spec_changes_for(job().spec, 0, {"num_workers": 0}) == {"num_workers": 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from trainmedic.core.models import JobInfo, JobState
+from trainmedic.core.models import JobInfo, JobSpec, JobState
 
 __all__ = [
     "FAILED_STATES",
@@ -14,6 +14,7 @@ __all__ = [
     "failure_categories",
     "failure_streak",
     "resubmission_chain",
+    "spec_changes_for",
 ]
 
 # How an attempt that did not end well ends: a cancellation here is trainmedic's (a hung or
@@ -78,3 +79,18 @@ def exclusions(
     pool the job can start on."""
     earlier = {*job.nodes, *job.spec.exclude}
     return tuple(sorted({*draining, *(n for n in drained_now if n in earlier)}))
+
+
+def spec_changes_for(
+    previous: JobSpec, resume_from: int | None, changes: Mapping[str, object]
+) -> dict[str, object]:
+    """The spec changes of the next attempt: this remediation's ``changes``, and what the
+    previous attempt's own fixes become. A fix for a lasting condition (``num_workers=0`` for
+    killed dataloader workers, GC at fixed intervals) stays with the training run; batches
+    skipped to get past a loss spike belong to the attempt that needed them: an attempt
+    that resumes past them does not carry them on (nor report skipping them)."""
+    carried: dict[str, object] = {}
+    skipped = previous.skip_batches
+    if skipped is not None and "skip_batches" not in changes and (resume_from or 0) >= skipped[1]:
+        carried["skip_batches"] = None
+    return {**carried, **changes}
