@@ -10,7 +10,14 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+# Exit codes (README "On call: the CLI"): 0 done; 1 the runbook ran but did not complete;
+# 2 bad input, an unknown job or node, or a refusal (named in the one line printed); 3 the
+# Prefect API is unreachable or refused us; 130 interrupted; 141 the output was closed early.
+EXIT_RUN_FAILED = 1
 EXIT_INPUT = 2
+EXIT_SERVER = 3
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -39,8 +46,21 @@ def ui_link(flow_run_id: object) -> str:
 
 
 def with_prefect() -> None:
-    """Point the Prefect client at this installation's API (unless the environment does)."""
+    """Point the Prefect client at this installation's API (unless the environment does) and
+    make sure it answers: a stopped server is one line in a few seconds, not a traceback
+    after the client's retries."""
+    from prefect.client.orchestration import get_client
+
+    from trainmedic.core.errors import ServerError
     from trainmedic.core.settings import get_settings
     from trainmedic.stack import apply_prefect_env
 
     apply_prefect_env(get_settings())
+    url = os.environ.get("PREFECT_API_URL", "")
+    with get_client(sync_client=True, httpx_settings={"timeout": 5}) as client:
+        problem = client.api_healthcheck()
+    if problem is not None:
+        raise ServerError(
+            f"the Prefect API at {url or '?'} does not answer ({type(problem).__name__}: "
+            f"{str(problem)[:120] or 'no detail'}): is the server up? (`trainmedic up`)"
+        )

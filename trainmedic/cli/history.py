@@ -1,56 +1,139 @@
-"""``trainmedic runs``: the runbook history."""
+"""``trainmedic runs``: the runbook history an on-call engineer reads.
+
+Newest first by start time, only runs that happened (a scheduled watchdog run of the next
+minute is not history), filtered on the server by runbook, state and age, and here by job
+or node (what the run's request names). Any limit from 1 to 1000; anything else is refused
+in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+from datetime import UTC, datetime, timedelta
 
 from trainmedic.cli.common import AddCommand, print_json, ui_link, with_prefect
+from trainmedic.core.errors import InputError
+
+MAX_LIMIT = 1000
+PAGE = 200
+_AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
+
+
+def since_time(value: str) -> datetime:
+    """``30m``, ``24h``, ``7d`` or an ISO time."""
+    match = _AGE_RE.match(value.strip())
+    if match:
+        amount, unit = int(match[1]), match[2]
+        delta = {"m": timedelta(minutes=amount), "h": timedelta(hours=amount)}.get(
+            unit, timedelta(days=amount)
+        )
+        return datetime.now(UTC) - delta
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InputError("since", value, "not an age (30m, 24h, 7d) or an ISO time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _names(request: dict[str, object]) -> set[str]:
+    """The nodes a run's request names (restore: node; locate: nodes)."""
+    found = {str(request["node"])} if request.get("node") else set()
+    nodes = request.get("nodes")
+    if isinstance(nodes, list):
+        found |= {str(n) for n in nodes}
+    return found
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    with_prefect()
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.sorting import FlowRunSort
-
+    from trainmedic.core.validate import hostname
     from trainmedic.core.validate import job_id as check_job_id
 
-    wanted = check_job_id(args.job, "job") if args.job else None
-    rows = []
+    if not 1 <= args.limit <= MAX_LIMIT:
+        raise InputError("limit", args.limit, f"must be 1 to {MAX_LIMIT}")
+    wanted_job = check_job_id(args.job, "job") if args.job else None
+    wanted_node = hostname(args.node, "node") if args.node else None
+    since = since_time(args.since) if args.since else None
+    with_prefect()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+    )
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    run_filter = FlowRunFilter(
+        start_time=FlowRunFilterStartTime(is_null_=False, after_=since),
+        state=FlowRunFilterState(name=FlowRunFilterStateName(any_=[args.state]))
+        if args.state
+        else None,
+    )
+    flow_filter = FlowFilter(name=FlowFilterName(any_=[args.runbook])) if args.runbook else None
+    rows: list[dict[str, object]] = []
     with get_client(sync_client=True) as client:
         flows = {f.id: f.name for f in client.read_flows()}
-        for run in client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=args.limit * 5):
-            request = (run.parameters or {}).get("request") or {}
-            job = request.get("job_id") if isinstance(request, dict) else None
-            if wanted and job != wanted:
-                continue
-            rows.append(
-                {
-                    "name": run.name,
-                    "runbook": flows.get(run.flow_id, "?"),
-                    "job_id": job,
-                    "state": run.state.name if run.state else "?",
-                    "message": (run.state.message or "") if run.state else "",
-                    "started": run.start_time.isoformat() if run.start_time else None,
-                    "url": ui_link(run.id),
-                }
+        offset = 0
+        while len(rows) < args.limit:
+            page = client.read_flow_runs(
+                flow_filter=flow_filter,
+                flow_run_filter=run_filter,
+                sort=FlowRunSort.START_TIME_DESC,
+                limit=PAGE,
+                offset=offset,
             )
-            if len(rows) >= args.limit:
+            offset += len(page)
+            for run in page:
+                request = (run.parameters or {}).get("request") or {}
+                request = request if isinstance(request, dict) else {}
+                job = request.get("job_id")
+                if wanted_job and job != wanted_job:
+                    continue
+                if wanted_node and wanted_node not in _names(request):
+                    continue
+                rows.append(
+                    {
+                        "flow_run_id": str(run.id),
+                        "name": run.name,
+                        "runbook": flows.get(run.flow_id, "?"),
+                        "job_id": job,
+                        "state": run.state.name if run.state else "?",
+                        "message": (run.state.message or "") if run.state else "",
+                        "started": run.start_time.isoformat() if run.start_time else None,
+                        "url": ui_link(run.id),
+                    }
+                )
+                if len(rows) >= args.limit:
+                    break
+            if len(page) < PAGE:
                 break
     if args.json:
         print_json(rows)
         return 0
     if not rows:
-        print("no runs" + (f" for job {wanted}" if wanted else ""))
+        filters = [f"{k} {v}" for k, v in vars(args).items() if k in FILTERS and v]
+        print("no runs" + (f" matching {', '.join(filters)}" if filters else ""))
     for row in rows:
         print(
-            f"{(row['started'] or '')[:19]:<20} {row['runbook']:<20} job {row['job_id'] or '-':<8}"
-            f" {row['state']:<10} {row['name']}  {row['message'][:60]}"
+            f"{str(row['started'] or '')[:19]:<20} {row['runbook']!s:<20} "
+            f"job {row['job_id'] or '-'!s:<8} {row['state']!s:<10} {row['name']}  "
+            f"{str(row['message'])[:60]}"
         )
     return 0
 
 
+FILTERS = ("job", "node", "runbook", "state", "since")
+
+
 def register(add: AddCommand) -> None:
-    runs = add("runs", cmd_runs, "runbook history with state and outcome")
+    runs = add("runs", cmd_runs, "runbook history with state and outcome, newest first")
     runs.add_argument("--job", help="only runs about this job id")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--node", help="only runs whose request names this node")
+    runs.add_argument("--runbook", help="only this runbook (triage, locate-faulty-nodes, ...)")
+    runs.add_argument("--state", help="only runs in this state (Completed, Failed, Paused...)")
+    runs.add_argument("--since", help="only runs started since: 30m, 24h, 7d or an ISO time")
+    runs.add_argument("--limit", type=int, default=20, help=f"1 to {MAX_LIMIT}")
     runs.add_argument("--json", action="store_true")

@@ -113,9 +113,9 @@ def _request(args: argparse.Namespace) -> object:
 
     # Before any Prefect import or run: a typo fails in a second, not after a server call.
     Inventory(settings.inventory).check(names)
-    from trainmedic.stack import apply_prefect_env
+    from trainmedic.cli.common import with_prefect
 
-    apply_prefect_env(settings)
+    with_prefect()
     from flows.locate import LocateRequest
 
     return LocateRequest(

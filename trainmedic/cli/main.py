@@ -8,9 +8,12 @@ in its own module of this package and registers itself with :func:`build_parser`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
+import httpx
 from pydantic import ValidationError
 
 from trainmedic.cli import (
@@ -24,8 +27,15 @@ from trainmedic.cli import (
     sim,
     stack,
 )
-from trainmedic.cli.common import EXIT_INPUT, Handler, validation_message
-from trainmedic.core.errors import InputError, TrainmedicError
+from trainmedic.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_SERVER,
+    Handler,
+    validation_message,
+)
+from trainmedic.core.errors import InputError, ServerError, TrainmedicError
 
 COMMAND_GROUPS = (stack, intake, runbooks, approvals, safety, history, sim, diagnose, locate)
 
@@ -49,20 +59,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Whatever goes wrong ends in one line on stderr naming what and why,
+    and a documented exit code (trainmedic.cli.common), never a traceback."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
     except InputError as exc:
-        print(f"trainmedic: invalid input: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        return _fail(f"invalid input: {exc}", EXIT_INPUT)
     except ValidationError as exc:
-        print(f"trainmedic: invalid input: {validation_message(exc)}", file=sys.stderr)
-        return EXIT_INPUT
+        return _fail(f"invalid input: {validation_message(exc)}", EXIT_INPUT)
+    except ServerError as exc:
+        return _fail(str(exc), EXIT_SERVER)
     except TrainmedicError as exc:
-        print(f"trainmedic: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        return _fail(str(exc), EXIT_INPUT)
+    except httpx.HTTPStatusError as exc:
+        code = exc.response.status_code
+        if code in (401, 403):
+            return _fail(
+                f"the Prefect API at {exc.request.url.host}:{exc.request.url.port} refused our "
+                f"credentials (HTTP {code}): check TRAINMEDIC_SERVER_AUTH",
+                EXIT_SERVER,
+            )
+        detail = exc.response.text.replace("\n", " ")[:160]
+        return _fail(
+            f"the Prefect API answered HTTP {code} to {exc.request.url.path}: {detail}", EXIT_SERVER
+        )
+    except httpx.HTTPError as exc:
+        return _fail(
+            f"the Prefect API could not be reached ({type(exc).__name__}: {str(exc)[:120]})",
+            EXIT_SERVER,
+        )
+    except BrokenPipeError:
+        # `trainmedic runs | head`: the reader left. Nothing more can go to stdout.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _fail("output closed early (broken pipe)", EXIT_BROKEN_PIPE)
     except KeyboardInterrupt:
-        return 130
+        return _fail("interrupted", EXIT_INTERRUPTED)
+
+
+def _fail(message: str, code: int) -> int:
+    with contextlib.suppress(OSError):
+        print(f"trainmedic: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -57,7 +57,17 @@ def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     return 0 if state.is_completed() else 1
 
 
+def known_job(job_id: str) -> str:
+    """The job, checked with the scheduler before any run is created: an unknown id is one
+    line and exit 2 in a second, not a Failed run that pages."""
+    from trainmedic.adapters.scheduler import get_scheduler
+    from trainmedic.core.validate import job_id as check_job_id
+
+    return get_scheduler().job(check_job_id(job_id)).job_id
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
+    known_job(args.job_id)
     with_prefect()
     from flows.triage import TriageRequest, triage
 
@@ -70,6 +80,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
+    known_job(args.job_id)
     with_prefect()
     from flows.restart import RestartRequest
 
@@ -80,6 +91,10 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from trainmedic.adapters.ansible import Inventory
+    from trainmedic.core.settings import get_settings
+
+    Inventory(get_settings().inventory).check([args.node], "node")
     with_prefect()
     from flows.restore import RestoreRequest
 
