@@ -26,7 +26,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.tasks import drain_node, server_state, stop_job_on_node
+from flows.tasks import drain_node, server_state, stop_job_on_node, tell_human
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
@@ -59,6 +59,12 @@ class IsolationApproval(RunInput):
         max_length=200,
         pattern=validate.SAFE_TEXT_RE.pattern,
         description="why (goes into the report)",
+    )
+    by: str = Field(
+        default="",
+        max_length=64,
+        pattern=validate.SAFE_TEXT_RE.pattern,
+        description="who answers (goes into the report)",
     )
 
 
@@ -105,7 +111,9 @@ def isolate(
             drain_all(approved)
     if asks_human:
         # Never holding the lock while a human thinks: the answer takes it again to drain.
+        actions.append(_ask_for_approval(decision, approval_timeout_s, job_id, evidence))
         approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
+        actions.append(ActionRecord(what="approval", target="on-call", outcome=decided_by))
         with store.lock():
             drain_all(approved)
 
@@ -147,6 +155,24 @@ def _decide(candidates: list[str], actions: list[ActionEntry]) -> IsolationDecis
     )
 
 
+def _ask_for_approval(
+    decision: IsolationDecision, approval_timeout_s: int, job_id: str | None, evidence: str
+) -> ActionRecord:
+    """Tell on-call what is asked and the exact line that answers it."""
+    run_name = flow_run.get_name() or "local"
+    nodes = ",".join(decision.nodes)
+    return tell_human(
+        "approval.needed",
+        job_id=job_id,
+        category="isolation",
+        summary=f"{run_name} asks to drain {len(decision.nodes)} node(s) {nodes}: "
+        + "; ".join(decision.reasons),
+        evidence=evidence,
+        answer=f"`trainmedic approve {run_name} --reason TEXT` (or --nodes {nodes} for a "
+        f"subset, or --reject); no answer within {approval_timeout_s} s drains nothing",
+    )
+
+
 def _approve(
     decision: IsolationDecision, approval_timeout_s: int, dry_run: bool
 ) -> tuple[list[str], list[str], str]:
@@ -184,4 +210,5 @@ def _approve(
     if ignored:
         logger.warning("approval named nodes that were not convicted, ignored: %s", ignored)
     note = f": {answer.note}" if answer.note else ""
-    return approved, ignored, f"human: {answer.decision}{note}"
+    who = f" ({answer.by})" if answer.by else ""
+    return approved, ignored, f"human{who}: {answer.decision}{note}"

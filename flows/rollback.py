@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger, pause_flow_run
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
+from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import (
@@ -24,6 +25,7 @@ from flows.tasks import (
     read_loss_history,
     restart_from,
     stop_job,
+    tell_human,
 )
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
@@ -55,6 +57,7 @@ class RollbackRequest(BaseModel):
 class RollbackApproval(RunInput):
     approve: bool = Field(description="roll back and resubmit as planned")
     note: str = Field(default="", max_length=200)
+    by: str = Field(default="", max_length=64, description="who answers")
 
 
 class RollbackResult(BaseModel):
@@ -201,6 +204,16 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
 def _ask(job_id: str, step: int, timeout_s: int) -> tuple[bool, str]:
     """Pause for a human. The form's default is reject, and no answer is a reject: a
     rollback stops a job and skips its data, so only a yes acts."""
+    run_name = flow_run.get_name() or "local"
+    tell_human(
+        "approval.needed",
+        job_id=job_id,
+        category="LossSpike",
+        summary=f"{run_name} asks to roll job {job_id} back past a loss spike at step {step}",
+        evidence=f"loss spike reported at step {step}",
+        answer=f"`trainmedic approve {run_name} --reason TEXT` (or --reject); "
+        f"no answer within {timeout_s} s does nothing",
+    )
     try:
         answer = pause_flow_run(
             wait_for_input=RollbackApproval.with_initial_data(approve=False),
@@ -208,7 +221,9 @@ def _ask(job_id: str, step: int, timeout_s: int) -> tuple[bool, str]:
         )
     except FlowPauseTimeout:
         return False, f"no answer within {timeout_s} s: nothing done"
-    verdict = "approved" if answer.approve else "rejected"
+    verdict = ("approved" if answer.approve else "rejected") + (
+        f" by {answer.by}" if answer.by else ""
+    )
     return answer.approve, verdict + (f": {answer.note}" if answer.note else "")
 
 

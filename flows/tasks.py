@@ -460,3 +460,46 @@ def restart_from(
         new_job, verified = verify_restart(new_job, from_step)
         actions.append(verified)
     return new_job, actions
+
+
+@task(name="tell-a-human", cache_policy=NO_CACHE)
+def tell_human(
+    kind: str, *, job_id: str | None, category: str, summary: str, evidence: str, answer: str
+) -> ActionRecord:
+    """Emit ``trainmedic.<kind>`` (page, owner.notify, approval.needed) about a job: the
+    notification automation (`trainmedic notify`) sends it to on-call or the owner. The
+    record says what was done: the event emitted, and whether anything delivers it."""
+    from prefect.events import emit_event
+
+    from trainmedic.adapters.notifications import installed
+
+    run_name = flow_run.get_name() or "local"
+    about = (
+        {"prefect.resource.id": f"trainmedic.job.{job_id}", "trainmedic.job.id": job_id}
+        if job_id
+        else {"prefect.resource.id": f"trainmedic.run.{run_name}"}
+    )
+    event = emit_event(
+        event=f"trainmedic.{kind}",
+        resource=about,
+        payload={
+            "job_id": job_id or "-",
+            "category": category,
+            "summary": summary[:500],
+            "evidence": evidence[:500],
+            "answer": answer,
+            "run_name": run_name,
+        },
+    )
+    what = {"page": "page on-call", "owner.notify": "notify owner"}.get(kind, kind)
+    if event is None:
+        outcome = "NOT sent: no Prefect API to emit the event to"
+    elif installed():
+        outcome = f"event trainmedic.{kind} {str(event.id)[:8]} sent to the notification automation"
+    else:
+        outcome = (
+            f"event trainmedic.{kind} {str(event.id)[:8]} emitted, but NO notification "
+            "automation is installed (`trainmedic notify`): nobody is told"
+        )
+    get_run_logger().warning("%s: %s (%s)", what, summary, outcome)
+    return ActionRecord(what=what, target=f"job {job_id}" if job_id else run_name, outcome=outcome)

@@ -30,6 +30,7 @@ from flows.tasks import (
     load_job,
     restart_from,
     stop_job,
+    tell_human,
 )
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import (
@@ -46,7 +47,7 @@ from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.admission import Admission, admit, event_scope
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
-from trainmedic.decisions.remediation import plan_remediation
+from trainmedic.decisions.remediation import Plan, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
 from trainmedic.reports.triage import triage_report
 from trainmedic.state import Ledgers
@@ -141,6 +142,39 @@ def _roll_back(
         )
     new_job = get_scheduler().job(rolled.new_job_id) if rolled.new_job_id else None
     return record, checkpoint, new_job
+
+
+def _tell_humans(job: JobInfo, diagnosis: Diagnosis, plan: Plan) -> list[ActionRecord]:
+    """The owner's notice and on-call's page the plan asks for, as events the notification
+    automation delivers."""
+    evidence = "; ".join(e.text for e in diagnosis.evidence[:3])
+    why = "; ".join(plan.reasons[-2:])
+    told = []
+    if plan.notify_owner:
+        told.append(
+            tell_human(
+                "owner.notify",
+                job_id=job.job_id,
+                category=str(diagnosis.category),
+                summary=f"job {job.job_id} ({job.spec.owner}) failed: {diagnosis.category}, "
+                f"not retried: {why}",
+                evidence=evidence,
+                answer=f"fix the script, then resubmit; `trainmedic runs --job {job.job_id}`",
+            )
+        )
+    if plan.page_oncall:
+        told.append(
+            tell_human(
+                "page",
+                job_id=job.job_id,
+                category=str(diagnosis.category),
+                summary=f"job {job.job_id}: {diagnosis.category} needs a human: {why}",
+                evidence=evidence,
+                answer=f"`trainmedic triage {job.job_id}` after checking, or "
+                f"`trainmedic restart {job.job_id}`",
+            )
+        )
+    return told
 
 
 def _not_handled(job: JobInfo, admission: Admission) -> TriageResult:
@@ -292,22 +326,8 @@ def _triage(request: TriageRequest) -> TriageResult:
             dry_run=request.dry_run,
         )
         actions.extend(restarted)
-    if plan.notify_owner:
-        actions.append(
-            ActionRecord(
-                what="notify owner",
-                target=job.spec.owner,
-                outcome="not retried; the owner must be told (trainmedic sent no notice)",
-            )
-        )
-    if plan.page_oncall:
-        actions.append(
-            ActionRecord(
-                what="page on-call",
-                target="on-call",
-                outcome="human decision needed (trainmedic sent no page)",
-            )
-        )
+    if not request.dry_run:
+        actions.extend(_tell_humans(job, diagnosis, plan))
 
     key = f"triage-{job.job_id}"
     report_id = create_markdown_artifact(

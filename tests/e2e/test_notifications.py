@@ -71,3 +71,42 @@ def test_failed_runbook_posts_to_the_webhook(server: Stack) -> None:
     assert "broken-runbook" in message["subject"] and "Failed" in message["subject"]
     assert "scheduler unreachable" in message["text"]
     assert "/runs/flow-run/" in message["text"]
+
+
+@flow(name="paging-runbook")
+def paging_runbook() -> str:
+    from flows.tasks import tell_human
+
+    record = tell_human(
+        "page",
+        job_id="4242",
+        category="ECCError",
+        summary="job 4242: crash loop: the last 3 runs of this training job failed",
+        evidence="NVRM: Xid 48 on node007",
+        answer="`trainmedic triage 4242` after checking",
+    )
+    return record.outcome
+
+
+def test_a_page_reaches_the_receiver_with_the_line_that_answers_it(server: Stack) -> None:
+    from trainmedic.adapters.notifications import install
+
+    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    Receiver.posts = []
+    try:
+        install(block_name="oncall", webhook_url=f"http://127.0.0.1:{httpd.server_address[1]}/p")
+        outcome = paging_runbook()
+        assert "sent to the notification automation" in outcome
+        deadline = time.monotonic() + 90
+        while not Receiver.posts and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(2)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(Receiver.posts) == 1, Receiver.posts
+    message = Receiver.posts[0]
+    assert message["subject"] == "trainmedic page: job 4242 ECCError"
+    assert "crash loop" in message["text"] and "Xid 48 on node007" in message["text"]
+    assert "`trainmedic triage 4242` after checking" in message["text"]

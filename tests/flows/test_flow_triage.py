@@ -105,7 +105,9 @@ def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) 
     assert result.category == "ScriptError"
     assert result.new_job_id is None
     text = report(result)
-    assert "notify owner | alice" in text and "KeyError" in text
+    assert f"notify owner | job {job.job_id}" in text and "KeyError" in text
+    # No notification automation on this server: the report says nobody was told.
+    assert "nobody is told" in text
 
 
 def test_node_failure_without_proven_origin_is_located_by_pair_tests(prefect_server, sim) -> None:
@@ -265,3 +267,32 @@ def test_a_resubmission_that_never_starts_is_reported(prefect_server, sim, monke
     assert scheduler.job(stuck.job_id).state is JobState.PENDING
     with pytest.raises(SchedulerError, match=r"still PENDING .* never started"):
         verify_resubmission(VerifyRequest(job_id=stuck.job_id, from_step=0))
+
+
+@pytest.mark.server
+def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
+    prefect_server, sim, policy
+) -> None:
+    from support.waits import run_in_thread, unique_run_name, wait_paused
+
+    from flows.triage import TriageRequest, triage
+    from trainmedic.cli.main import main
+
+    policy(auto_approve_max=0, max_share=0.5)
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name="ask", nodes=2, steps=100_000, checkpoint_every=20))
+    wait_step(job, 25)
+    origin = job.nodes[1]
+    cluster.inject(origin, "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    run_name = unique_run_name("triage-ask")
+    thread, box = run_in_thread(triage, TriageRequest(job_id=failed.job_id), run_name)
+    wait_paused(run_name, box=box)
+    assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
+
+    assert main(["approve", run_name, "--reason", "Xid 79 confirmed", "--by", "alice"]) == 0
+    thread.join(timeout=180)
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+    assert result.drained == [origin]
+    assert "human (alice): approve: Xid 79 confirmed" in report(result)

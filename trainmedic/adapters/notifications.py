@@ -1,5 +1,11 @@
-"""On-call notifications through Prefect automations: when a runbook fails, crashes or pauses
-for an approval, a notification block is sent a message with the run's link.
+"""On-call notifications through Prefect automations, two of them, both to one notification
+block:
+
+* a runbook failed, crashed, timed out or paused: a message with the run's state and link;
+* a runbook decided a human must act: it emitted ``trainmedic.page`` (crash loop, retry
+  budget spent, cause unknown...), ``trainmedic.owner.notify`` (a script error for the job's
+  owner) or ``trainmedic.approval.needed`` (a paused run), each carrying the job, the run,
+  the category, the evidence and the exact CLI line that answers it; the message says so.
 
 Slack: create a ``SlackWebhook`` block instead (``prefect.blocks.notifications.SlackWebhook``,
 its URL is stored as a secret) and pass its name with ``--block``; any other service that
@@ -18,6 +24,18 @@ from prefect.exceptions import ObjectNotFound
 from trainmedic.core.errors import InputError
 
 AUTOMATION_NAME = "trainmedic-runbook-needs-a-human"
+PAGE_AUTOMATION_NAME = "trainmedic-pages"
+PAGE_EVENTS = ("trainmedic.page", "trainmedic.owner.notify", "trainmedic.approval.needed")
+PAGE_SUBJECT = (
+    "trainmedic {{ event.event | replace('trainmedic.', '') }}: "
+    "job {{ event.payload.job_id }} {{ event.payload.category }}"
+)
+PAGE_BODY = (
+    "{{ event.payload.summary }}\n"
+    "Run: {{ event.payload.run_name }}\n"
+    "Evidence: {{ event.payload.evidence }}\n"
+    "Answer: {{ event.payload.answer }}"
+)
 WATCHED_STATES = ("Failed", "Crashed", "Paused", "TimedOut")
 SUBJECT = "trainmedic: {{ flow.name }} run {{ flow_run.name }} is {{ flow_run.state.name }}"
 BODY = (
@@ -45,8 +63,25 @@ def install(*, block_name: str, webhook_url: str | None = None) -> Automation:
     if webhook_url is not None:
         webhook_block(block_name, webhook_url).save(block_name, overwrite=True)
     block = _load_any_block(block_name)
-    with contextlib.suppress(ValueError, ObjectNotFound):  # first installation
-        Automation.read(name=AUTOMATION_NAME).delete()
+    for name in (AUTOMATION_NAME, PAGE_AUTOMATION_NAME):
+        with contextlib.suppress(ValueError, ObjectNotFound):  # first installation
+            Automation.read(name=name).delete()
+    Automation(
+        name=PAGE_AUTOMATION_NAME,
+        description="A trainmedic runbook decided a human must act: page, owner notice, approval.",
+        trigger=EventTrigger(
+            match={"prefect.resource.id": ["trainmedic.job.*", "trainmedic.run.*"]},
+            expect=set(PAGE_EVENTS),
+            posture="Reactive",
+            threshold=1,
+            within=0,
+        ),
+        actions=[
+            SendNotification(
+                block_document_id=block._block_document_id, subject=PAGE_SUBJECT, body=PAGE_BODY
+            )
+        ],
+    ).create()
     automation = Automation(
         name=AUTOMATION_NAME,
         description="A trainmedic runbook failed, crashed, timed out or waits for approval.",
@@ -81,3 +116,12 @@ def _slack() -> tuple[type[Block], ...]:
     from prefect.blocks.notifications import SlackWebhook
 
     return (SlackWebhook,)
+
+
+def installed() -> bool:
+    """Whether the page automation exists (a page event with none reaches nobody)."""
+    try:
+        Automation.read(name=PAGE_AUTOMATION_NAME)
+    except (ValueError, ObjectNotFound):
+        return False
+    return True

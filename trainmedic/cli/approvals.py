@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 
 from trainmedic.cli.common import AddCommand, print_json, with_prefect
 from trainmedic.core.errors import InputError
+
+# Runbooks whose pause is the shared isolation step's "drain these nodes?" (flows.isolate).
+ISOLATING = ("locate-faulty-nodes", "triage")
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -26,13 +30,19 @@ def cmd_approve(args: argparse.Namespace) -> int:
                 args.run,
                 f"is {run.state.name if run.state else '?'}, not paused for approval",
             )
-        if flow_name == "locate-faulty-nodes":
+        by = args.by or getpass.getuser()
+        if flow_name in ISOLATING:
             decision = "reject" if args.reject else ("approve_subset" if nodes else "approve")
-            run_input: dict[str, object] = {"decision": decision, "nodes": nodes, "note": args.note}
+            run_input: dict[str, object] = {
+                "decision": decision,
+                "nodes": nodes,
+                "note": args.reason,
+                "by": by,
+            }
         elif flow_name == "rollback":
             if nodes:
                 raise InputError("nodes", args.nodes, "a rollback approval takes no nodes")
-            run_input = {"approve": not args.reject, "note": args.note}
+            run_input = {"approve": not args.reject, "note": args.reason, "by": by}
         else:
             raise InputError("run", args.run, f"flow {flow_name!r} takes no approval")
         response = client.resume_flow_run(run.id, run_input=run_input)
@@ -74,5 +84,8 @@ def register(add: AddCommand) -> None:
     approve.add_argument("run", help="flow run id or name")
     approve.add_argument("--reject", action="store_true")
     approve.add_argument("--nodes", help="approve only these nodes, e.g. node[003,017]")
-    approve.add_argument("--note", default="", help="why (goes into the report)")
+    approve.add_argument(
+        "--reason", "--note", dest="reason", default="", help="why (recorded in the run's report)"
+    )
+    approve.add_argument("--by", default=None, help="who answers (default: this user)")
     approve.add_argument("--json", action="store_true")
