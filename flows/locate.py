@@ -266,7 +266,7 @@ def run_pair_tests(
 # ----------------------------------------------------------------------------- flow
 
 
-@flow(name="locate-faulty-nodes", log_prints=True)
+@flow(name="locate-faulty-nodes", log_prints=True, persist_result=True, result_serializer="json")
 def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
     settings = get_settings()
     logger = get_run_logger()

@@ -39,7 +39,7 @@ class RestartResult(BaseModel):
     report_id: str
 
 
-@flow(name="restart", log_prints=True)
+@flow(name="restart", log_prints=True, persist_result=True, result_serializer="json")
 def restart(request: RestartRequest) -> RestartResult:
     logger = get_run_logger()
     with job_lock(request.job_id):

@@ -112,7 +112,7 @@ def unisolate_node(node: str, reason: str, dry_run: bool) -> PlaybookResult:
     )
 
 
-@flow(name="restore-node", log_prints=True)
+@flow(name="restore-node", log_prints=True, persist_result=True, result_serializer="json")
 def restore_node(request: RestoreRequest) -> RestoreResult:
     settings = get_settings()
     logger = get_run_logger()

@@ -72,7 +72,7 @@ class RollbackResult(BaseModel):
     not_handled: str | None = None  # a duplicate, stale or foreign event: nothing done, why
 
 
-@flow(name="rollback", log_prints=True)
+@flow(name="rollback", log_prints=True, persist_result=True, result_serializer="json")
 def rollback(request: RollbackRequest) -> RollbackResult:
     with job_lock(request.job_id):
         job = load_job(request.job_id)

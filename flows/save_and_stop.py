@@ -36,7 +36,7 @@ class SaveAndStopResult(BaseModel):
     report_id: str
 
 
-@flow(name="save-and-stop", log_prints=True)
+@flow(name="save-and-stop", log_prints=True, persist_result=True, result_serializer="json")
 def save_and_stop(request: SaveAndStopRequest) -> SaveAndStopResult:
     logger = get_run_logger()
     with job_lock(request.job_id):

@@ -82,6 +82,8 @@ class TriageResult(BaseModel):
     report_id: str
     # Set when the event started no remediation: duplicate, stale or foreign, and why.
     not_handled: str | None = None
+    # Set when the run left the decision to a human (paged, owner told, guard refused...).
+    human_needed: str | None = None
 
 
 @task(name="classify-failure", cache_policy=NO_CACHE)
@@ -210,7 +212,7 @@ def _heartbeat_age(job: JobInfo) -> float | None:
         return None
 
 
-@flow(name="triage", log_prints=True)
+@flow(name="triage", log_prints=True, persist_result=True, result_serializer="json")
 def triage(request: TriageRequest) -> TriageResult:
     # Two events for one job never remediate it twice at once; the second run waits, then
     # finds the drain and the resubmission already done.
@@ -353,4 +355,15 @@ def _triage(request: TriageRequest) -> TriageResult:
         new_job_id=new_job.job_id if new_job else None,
         report_key=key,
         report_id=str(report_id),
+        human_needed=_human_needed(plan, new_job is not None, request),
     )
+
+
+def _human_needed(plan: Plan, resubmitted: bool, request: TriageRequest) -> str | None:
+    if request.dry_run:
+        return None
+    if plan.page_oncall or plan.notify_owner:
+        return plan.reasons[-1] if plan.reasons else "a human decides"
+    if plan.restart and request.restart and not resubmitted:
+        return "the plan was to resubmit, but the job was not resubmitted"
+    return None

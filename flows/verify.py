@@ -83,7 +83,7 @@ def schedule_verification(job_id: str, from_step: int) -> str | None:
     return run.name
 
 
-@flow(name="verify-resubmission", log_prints=True)
+@flow(name="verify-resubmission", log_prints=True, persist_result=True, result_serializer="json")
 def verify_resubmission(request: VerifyRequest) -> VerifyResult:
     settings = get_settings()
     scheduler = get_scheduler()

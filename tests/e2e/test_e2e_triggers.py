@@ -261,3 +261,24 @@ def test_locate_isolate_from_the_cli_runs_through_its_deployment(stack) -> None:
             r for r in client.read_flow_runs() if r.parameters.get("request", {}).get("isolate")
         ]
     assert runs and all(r.deployment_id is not None for r in runs)
+
+
+def test_runbook_commands_exit_by_what_the_run_did(stack) -> None:
+    """0 when the runbook did what was asked (read from the run's persisted result), 4 when
+    it completed but refused or left it to a human, 2 before any run for an unknown job."""
+    from trainmedic.cli.main import main
+
+    settings, _ = stack
+    scheduler, job = run_job(settings, "cli", nodes=2)
+    wait_step(job, 30)
+    SimCluster(settings.sim_home).inject(job.nodes[1], "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    assert main(["triage", failed.job_id, "--json"]) == 0  # drained, resubmitted, verified
+    assert [j for j in scheduler.jobs() if j.resubmission_of == failed.job_id]
+    assert main(["triage", failed.job_id]) == 4  # a replay now: not handled, nothing done
+    assert main(["triage", "99999"]) == 2
+
+    idle = next(n.name for n in scheduler.nodes() if n.state is NodeState.IDLE)
+    scheduler.admin_drain(idle, "fan replacement")
+    assert main(["restore", idle]) == 4  # refused: not trainmedic's drain
+    assert {n.name: n.state for n in scheduler.nodes()}[idle] is NodeState.DRAINED

@@ -63,8 +63,11 @@ def test_server_restart_while_paused_for_approval(own_server: Stack, sim, policy
     assert result.isolation.drained == ["node002"]  # type: ignore[attr-defined]
     drained = [n.name for n in scheduler.nodes() if n.state is NodeState.DRAINED]
     assert drained == ["node002"]
-    ledger = (get_settings().home / "isolation" / "drains.jsonl").read_text().splitlines()
-    assert len(ledger) == 1  # drained exactly once
+    from flows.tasks import server_state
+
+    drains = [a for a in server_state().actions() if a.kind == "drain"]
+    assert [a.target for a in drains] == ["node002"]  # drained exactly once, recorded on the server
+    assert server_state().drain_record("node002") is not None
 
 
 def test_hung_playbook_is_bounded_and_leaves_no_process(sim) -> None:

@@ -12,10 +12,12 @@ from pydantic import ValidationError
 
 # Exit codes (README "On call: the CLI"): 0 done; 1 the runbook ran but did not complete;
 # 2 bad input, an unknown job or node, or a refusal (named in the one line printed); 3 the
-# Prefect API is unreachable or refused us; 130 interrupted; 141 the output was closed early.
+# Prefect API is unreachable or refused us; 4 the runbook completed but refused, or left the
+# decision to a human; 130 interrupted; 141 the output was closed early.
 EXIT_RUN_FAILED = 1
 EXIT_INPUT = 2
 EXIT_SERVER = 3
+EXIT_HUMAN = 4
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
@@ -49,13 +51,13 @@ def with_prefect() -> None:
     """Point the Prefect client at this installation's API (unless the environment does) and
     make sure it answers: a stopped server is one line in a few seconds, not a traceback
     after the client's retries."""
-    from prefect.client.orchestration import get_client
-
     from trainmedic.core.errors import ServerError
     from trainmedic.core.settings import get_settings
     from trainmedic.stack import apply_prefect_env
 
-    apply_prefect_env(get_settings())
+    apply_prefect_env(get_settings())  # before Prefect reads its settings
+    from prefect.client.orchestration import get_client
+
     url = os.environ.get("PREFECT_API_URL", "")
     with get_client(sync_client=True, httpx_settings={"timeout": 5}) as client:
         problem = client.api_healthcheck()

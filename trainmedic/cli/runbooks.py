@@ -7,7 +7,14 @@ import argparse
 import sys
 import time
 
-from trainmedic.cli.common import AddCommand, print_json, ui_link, with_prefect
+from trainmedic.cli.common import (
+    EXIT_HUMAN,
+    EXIT_RUN_FAILED,
+    AddCommand,
+    print_json,
+    ui_link,
+    with_prefect,
+)
 
 
 def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
@@ -28,7 +35,9 @@ def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
 
 def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     """Start a runbook through its deployment (so it runs on the worker and shows in the UI),
-    show its progress, and return 0 when it completed."""
+    show its progress, print its outcome from the run's persisted result, and return 0 when
+    it did what was asked, EXIT_HUMAN when it refused or left the decision to a human,
+    EXIT_RUN_FAILED when the run did not complete."""
     from prefect.deployments import run_deployment
 
     parameters = {"request": request.model_dump(mode="json")}  # type: ignore[attr-defined]
@@ -39,22 +48,69 @@ def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     result: object = None
     if state.is_completed():
         try:
-            result = state.result()
-        except Exception:  # the result lives with the worker when not persisted
+            result = _persisted_result(state)
+        except Exception as exc:  # a result the worker could not persist or we cannot read
             result = None
+            print(f"  (result unreadable: {type(exc).__name__}: {exc})", file=sys.stderr)
+    outcome = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+    human = needs_human(outcome) if isinstance(outcome, dict) else None
     summary = {
         "flow_run_id": str(run.id),
         "name": run.name,
         "state": state.name,
         "url": ui_link(run.id),
-        "result": result.model_dump(mode="json") if hasattr(result, "model_dump") else result,
+        "result": outcome,
+        "human_needed": human,
         "message": state.message,
     }
     if as_json:
         print_json(summary)
     else:
         print(f"{run.name}: {state.name}" + (f" — {state.message}" if state.message else ""))
-    return 0 if state.is_completed() else 1
+        if isinstance(outcome, dict):
+            print("  " + ", ".join(f"{k}: {v}" for k, v in outcome.items() if _shown(k, v)))
+        if human:
+            print(f"  a human must act: {human}")
+    if not state.is_completed():
+        return EXIT_RUN_FAILED
+    return EXIT_HUMAN if human else 0
+
+
+def _persisted_result(state: object) -> object:
+    """The run's result as the worker persisted it (JSON, see the runbooks' flow decorators)
+    in this installation's result storage: the worker's PREFECT_HOME/storage, on this host or
+    a shared file system. Read as plain JSON: the result's class lives in the worker's
+    entrypoint module, which this process need not import."""
+    import json
+
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultRecordMetadata
+
+    from trainmedic.core.settings import get_settings
+
+    meta = state.data  # type: ignore[attr-defined]
+    if not isinstance(meta, ResultRecordMetadata):
+        return state.result()  # type: ignore[attr-defined]
+    storage = LocalFileSystem(basepath=str(get_settings().prefect_home / "storage"))
+    decoded = json.loads(storage.read_path(meta.storage_key))
+    return decoded.get("data", decoded) if isinstance(decoded, dict) else decoded
+
+
+def needs_human(outcome: dict[str, object]) -> str | None:
+    """What the completed run refused or left to a human, from its result; None when it did
+    what was asked."""
+    for key in ("not_handled", "human_needed"):
+        if outcome.get(key):
+            return str(outcome[key])
+    if outcome.get("restored") is False and "dry run" not in str(outcome.get("verdict")):
+        return f"{outcome.get('verdict')}: {outcome.get('reason')}"
+    if outcome.get("acted") is False:
+        return "nothing was rolled back (a human said no, or did not answer, or the budget)"
+    return None
+
+
+def _shown(key: str, value: object) -> bool:
+    return value not in (None, "", [], {}) and key not in ("report_id", "report_key")
 
 
 def known_job(job_id: str) -> str:
