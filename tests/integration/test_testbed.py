@@ -127,6 +127,7 @@ def test_a_dead_peer_fails_the_pair_test_fast_and_clearly(tb: Settings) -> None:
 
 
 def locate(nodes: str = "node[001-004]") -> object:
+    """The real flow, on the testbed's Slurm: it holds the idle nodes (a reservation) first."""
     from flows.locate import LocateRequest, locate_faulty_nodes
 
     result = locate_faulty_nodes(LocateRequest(nodes=nodes, test_timeout_s=40))
@@ -138,7 +139,7 @@ def locate(nodes: str = "node[001-004]") -> object:
     return result
 
 
-def test_linkdown_node_is_located_in_two_rounds(prefect_server, tb: Settings) -> None:
+def test_linkdown_node_is_located_in_two_rounds(prefect_server, slurm_tb: Settings) -> None:
     tb_sh("fault", "node003", "linkdown")
     result = locate()
     assert result.faulty == ["node003"]
@@ -147,7 +148,7 @@ def test_linkdown_node_is_located_in_two_rounds(prefect_server, tb: Settings) ->
     assert result.rounds == 2
 
 
-def test_throttled_node_is_located_as_slow(prefect_server, tb: Settings) -> None:
+def test_throttled_node_is_located_as_slow(prefect_server, slurm_tb: Settings) -> None:
     tb_sh("fault", "node002", "slow")
     result = locate()
     assert result.slow == ["node002"]
@@ -160,7 +161,9 @@ def test_throttled_node_is_located_as_slow(prefect_server, tb: Settings) -> None
     assert float(str(facts["busbw_gbps"])) < 0.5 * (result.reference_gbps or 0.0)
 
 
-def test_unreachable_node_is_reported_and_the_rest_carry_on(prefect_server, tb: Settings) -> None:
+def test_unreachable_node_is_reported_and_the_rest_carry_on(
+    prefect_server, slurm_tb: Settings
+) -> None:
     from trainmedic.adapters.ansible import run_playbook
     from trainmedic.core.models import HostOutcome
 
