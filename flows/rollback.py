@@ -9,7 +9,7 @@ checkpoint through the spike → verify → report
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger, pause_flow_run
@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import (
+    admit_event,
     job_lock,
     load_job,
     read_loss_history,
@@ -32,7 +33,6 @@ from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.errors import CheckpointError
 from trainmedic.core.models import ActionRecord, JobId
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.admission import admit, event_scope
 from trainmedic.decisions.attempts import attempts_so_far, exclusions, failure_streak
 from trainmedic.decisions.training import at_step, spike_start
 from trainmedic.reports.recovery import rollback_report
@@ -76,14 +76,7 @@ class RollbackResult(BaseModel):
 def rollback(request: RollbackRequest) -> RollbackResult:
     with job_lock(request.job_id):
         job = load_job(request.job_id)
-        admission = admit(
-            job,
-            event=request.event,
-            occurred=request.occurred,
-            now=datetime.now(UTC),
-            resubmissions=[j for j in get_scheduler().jobs() if j.resubmission_of == job.job_id],
-            scope=event_scope(get_settings()),
-        )
+        admission = admit_event(job, request.event, request.occurred)
         if not admission.admitted:
             get_run_logger().warning("job %s: %s: %s", job.job_id, admission.kind, admission.why)
             return RollbackResult(

@@ -15,14 +15,13 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 
 from flows.verify import heartbeat_step, schedule_verification, training_again
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
-from trainmedic.adapters.server_state import ServerState, ensure_limit
+from trainmedic.adapters.server_state import ServerState, server_mutex
 from trainmedic.adapters.telemetry import fetch_gpu_telemetry
 from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
 from trainmedic.core.models import (
@@ -35,6 +34,7 @@ from trainmedic.core.models import (
 )
 from trainmedic.core.settings import get_settings
 from trainmedic.core.validate import safe_text
+from trainmedic.decisions.admission import Admission, admit, event_scope
 from trainmedic.decisions.attempts import spec_changes_for
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
 from trainmedic.decisions.training import LossRecord, parse_loss_history
@@ -53,19 +53,20 @@ def job_lock(job_id: str, timeout_s: float = JOB_LOCK_WAIT_S) -> Iterator[None]:
     replay) start two flow runs; the second waits here for the first, then finds the job
     already resubmitted and does nothing twice.
     """
-    name = f"remediate-job-{job_id}"
-    ensure_limit(name, 1)
-    # A lost lease renewal (a server restart, a slow moment) must not kill a remediation
-    # half-way: the lock only orders runs, and every action behind it is idempotent anyway.
-    with concurrency(
-        name,
-        occupy=1,
-        strict=True,
-        timeout_seconds=timeout_s,
-        lease_duration=LOCK_LEASE_S,
-        raise_on_lease_renewal_failure=False,
-    ):
+    with server_mutex(f"remediate-job-{job_id}", timeout_s, LOCK_LEASE_S):
         yield
+
+
+def admit_event(job: JobInfo, event: str, occurred: datetime | None) -> Admission:
+    """Whether this event starts a remediation of ``job`` (trainmedic.decisions.admission)."""
+    return admit(
+        job,
+        event=event,
+        occurred=occurred,
+        now=datetime.now(UTC),
+        resubmissions=[j for j in get_scheduler().jobs() if j.resubmission_of == job.job_id],
+        scope=event_scope(get_settings()),
+    )
 
 
 def _transient(exc_types: tuple[type[BaseException], ...]):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -21,6 +21,7 @@ from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
 from flows.rollback import RollbackRequest, roll_back
 from flows.tasks import (
+    admit_event,
     choose_checkpoint,
     collect_node_diagnostics,
     fetch_job_logs,
@@ -45,7 +46,7 @@ from trainmedic.core.models import (
 from trainmedic.core.settings import get_settings
 from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
-from trainmedic.decisions.admission import Admission, admit, event_scope
+from trainmedic.decisions.admission import Admission
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.remediation import Plan, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
@@ -224,14 +225,7 @@ def _triage(request: TriageRequest) -> TriageResult:
     settings = get_settings()
     logger = get_run_logger()
     job = load_job(request.job_id)
-    admission = admit(
-        job,
-        event=request.event,
-        occurred=request.occurred,
-        now=datetime.now(UTC),
-        resubmissions=[j for j in get_scheduler().jobs() if j.resubmission_of == job.job_id],
-        scope=event_scope(settings),
-    )
+    admission = admit_event(job, request.event, request.occurred)
     if not admission.admitted:
         return _not_handled(job, admission)
     logger.info(

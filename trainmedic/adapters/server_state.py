@@ -40,6 +40,7 @@ __all__ = [
     "drain_variable_name",
     "ensure_limit",
     "guard_lock",
+    "server_mutex",
 ]
 
 GUARD_LOCK = "trainmedic-guard"
@@ -55,21 +56,30 @@ _held: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def guard_lock(cluster: str, timeout_s: float = GUARD_WAIT_S) -> Iterator[None]:
-    """Hold the one guard lock of ``cluster`` (reentrant within a thread)."""
-    name = f"{GUARD_LOCK}-{cluster}"
-    if name in _held.get():
-        yield
-        return
+def server_mutex(name: str, timeout_s: float, lease_s: float) -> Iterator[None]:
+    """Hold the one-slot global concurrency limit ``name`` (created on first use): one
+    holder at a time across every worker and host. A lost lease renewal (a server restart, a
+    slow moment) does not abort the holder half-way: what runs under it is idempotent."""
     ensure_limit(name, 1)
     with concurrency(
         name,
         occupy=1,
         strict=True,
         timeout_seconds=timeout_s,
-        lease_duration=GUARD_LEASE_S,
+        lease_duration=lease_s,
         raise_on_lease_renewal_failure=False,
     ):
+        yield
+
+
+@contextlib.contextmanager
+def guard_lock(cluster: str, timeout_s: float = GUARD_WAIT_S) -> Iterator[None]:
+    """Hold the one guard lock of ``cluster`` (reentrant within a thread)."""
+    name = f"{GUARD_LOCK}-{cluster}"
+    if name in _held.get():
+        yield
+        return
+    with server_mutex(name, timeout_s, GUARD_LEASE_S):
         token = _held.set(_held.get() | {name})
         try:
             yield
