@@ -62,7 +62,10 @@ def training_again(job: JobInfo, from_step: int) -> bool:
     if job.state is JobState.COMPLETED:
         return True  # a short remainder, or checked late
     if job.state.finished:
-        raise SchedulerError(f"resubmitted job {job.job_id} ended {job.state} before any progress")
+        why = f" ({job.reason})" if job.reason else ""
+        raise SchedulerError(
+            f"resubmitted job {job.job_id} ended {job.state}{why} before any progress"
+        )
     step = heartbeat_step(Path(job.heartbeat_path))
     return step is not None and step > from_step
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from trainmedic.core.errors import ServerError
-from trainmedic.core.models import JobEvent, JobSpec, JobState
+from trainmedic.core.models import JobSpec, JobState
 from trainmedic.core.settings import get_settings
 from trainmedic.stack import Stack, apply_prefect_env
 
@@ -24,7 +25,6 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> in
     settings = get_settings()
     apply_prefect_env(settings)
 
-    from trainmedic.adapters.events import emit
     from trainmedic.adapters.scheduler.sim import SimScheduler
     from trainmedic.sim.cluster import SimCluster
 
@@ -33,11 +33,14 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> in
     stack.down()
     cluster.create(nodes, inventory_dir=settings.inventory)
     (settings.sim_home / "scheduler.json").unlink(missing_ok=True)
+    # The intake's record belongs to the cluster it watched: a new cluster, a new record.
+    (settings.home / "intake.json").unlink(missing_ok=True)
     say(f"simulated cluster: {nodes} nodes, inventory {settings.inventory}/hosts.yml")
 
     say(f"starting Prefect server, deployments and worker at {stack.ui_url} ...")
     stack.up()
-    say("stack ready")
+    _wait_for_intake(settings.home)
+    say("stack ready: server, deployments, worker, the intake watching the scheduler")
 
     scheduler = SimScheduler(settings.sim_home)
     job = scheduler.submit(
@@ -55,12 +58,7 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> in
     if job.state is JobState.COMPLETED:
         raise ServerError("the job was expected to fail")
 
-    kind = "job.node_fail" if job.state is JobState.NODE_FAIL else "job.failed"
-    event = JobEvent(
-        kind=kind, job_id=job.job_id, nodes=job.nodes, exit_code=job.exit_code, reason=job.reason
-    )
-    emit(event, api_url=stack.api_url)
-    say(f"emitted trainmedic.{kind} for job {job.job_id}; waiting for the triggered triage run")
+    say("the intake reports the failure as an event; its trigger starts the triage runbook")
 
     run = _wait_for_triggered_run(job.job_id)
     say(f"triage run {run.name}: {stack.ui_url}/runs/flow-run/{run.id}")
@@ -74,6 +72,18 @@ def run_demo(*, nodes: int = 16, fault: str = "xid79", stop: bool = False) -> in
     else:
         say(f"the stack stays up: open the run above in {stack.ui_url}; `trainmedic down` stops it")
     return 0 if final.state.is_completed() else 1
+
+
+def _wait_for_intake(home: Path, timeout_s: float = 120) -> None:
+    """The intake's first pass takes failures already there as history: wait for it before
+    the demo's job can fail."""
+    from trainmedic.adapters.intake import intake_status
+
+    deadline = time.monotonic() + timeout_s
+    while intake_status(home) is None:
+        if time.monotonic() > deadline:
+            raise ServerError(f"the intake made no pass in {timeout_s:.0f} s (see run/intake.log)")
+        time.sleep(0.3)
 
 
 def _wait_for_step(heartbeat_path: str, step: int, timeout_s: float = 120) -> None:

@@ -1,5 +1,6 @@
 """The embedded stack: a local Prefect server (SQLite under ``home`` unless a database URL is
-set), a process worker for the deployments in prefect.yaml, and, on the simulated cluster, its
+set), a process worker for the deployments in prefect.yaml, the intake (`trainmedic watch`:
+the scheduler's failures as events, the triggers' input) and, on the simulated cluster, its
 DCGM exporter. Each runs detached with a pid file and a log file under ``<home>/run``, so
 ``trainmedic up`` / ``down`` can be called again safely."""
 
@@ -170,6 +171,18 @@ class Stack:
             ],
             run_dir,
         )
+        self.intake = Service(
+            "intake",
+            [
+                sys.executable,
+                "-m",
+                "trainmedic.cli.main",
+                "watch",
+                "--interval",
+                str(settings.intake_interval_s),
+            ],
+            run_dir,
+        )
         self.exporter = Service(
             "exporter",
             [
@@ -251,16 +264,25 @@ class Stack:
                     f"{(done.stdout + done.stderr)[-3000:]}"
                 )
 
-    def up(self, *, with_exporter: bool = True) -> None:
+    def up(self, *, with_exporter: bool = True, with_intake: bool = True) -> None:
+        """Start what is not running. ``with_intake=False`` for a caller that sends the
+        events itself (the tests drive each scenario's events)."""
         self.start_server()
         self.deploy()
         self.worker.start(self.env)
         if with_exporter and self.settings.scheduler == "sim":
             self.exporter.start(self.env)
+        if with_intake:
+            self.intake.start(self.env)
+
+    @property
+    def services(self) -> tuple[Service, ...]:
+        return (self.server, self.worker, self.intake, self.exporter)
 
     def down(self) -> list[str]:
         stopped = []
-        for service in (self.worker, self.exporter, self.server):
+        # The intake first: nothing is reported to a server that is going away.
+        for service in (self.intake, self.worker, self.exporter, self.server):
             if service.stop():
                 stopped.append(service.name)
         return stopped
@@ -269,5 +291,5 @@ class Stack:
         return {
             "api_url": self.api_url,
             "healthy": self.healthy(),
-            **{s.name: s.pid() for s in (self.server, self.worker, self.exporter)},
+            **{s.name: s.pid() for s in self.services},
         }

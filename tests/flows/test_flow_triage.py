@@ -3,6 +3,7 @@ simulated cluster: the outcome is checked (which node, which checkpoint, the rep
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -271,7 +272,7 @@ def test_a_resubmission_that_never_starts_is_reported(prefect_server, sim, monke
 
 @pytest.mark.server
 def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
-    prefect_server, sim, policy
+    prefect_server, sim, policy, capsys
 ) -> None:
     from support.waits import run_in_thread, unique_run_name, wait_paused
 
@@ -289,6 +290,17 @@ def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
     thread, box = run_in_thread(triage, TriageRequest(job_id=failed.job_id), run_name)
     wait_paused(run_name, box=box)
     assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
+    scheduler.admin_drain("node008", "fan replacement")
+
+    # `status` shows the run waiting, what answers it, and the nodes out with whose drain.
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    waiting = {w["name"]: w for w in status["waiting_for_a_human"]}
+    assert waiting[run_name]["job_id"] == failed.job_id
+    assert waiting[run_name]["answer"].startswith(f"trainmedic approve {run_name}")
+    assert "breaker closed" in status["breaker"]
+    assert {n["name"]: n["owner"] for n in status["nodes_out"]} == {"node008": "other"}
 
     assert main(["approve", run_name, "--reason", "Xid 79 confirmed", "--by", "alice"]) == 0
     thread.join(timeout=180)
@@ -296,3 +308,7 @@ def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
     result = box["result"]
     assert result.drained == [origin]
     assert "human (alice): approve: Xid 79 confirmed" in report(result)
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    nodes_out = json.loads(capsys.readouterr().out)["nodes_out"]
+    assert {n["name"]: n["owner"] for n in nodes_out} == {"node008": "other", origin: "trainmedic"}

@@ -109,3 +109,54 @@ def test_hung_scheduler_command_is_bounded(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(SchedulerError, match="no answer within 2s"):
         scheduler.nodes()
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_intake_outlives_a_server_outage_and_reports_each_failure_once(
+    own_server: Stack, sim
+) -> None:
+    """The intake (the service `trainmedic up` starts) keeps polling through a server
+    restart: the failure that happened meanwhile waits (status shows the lag and why) and
+    reaches the server once, when it is back."""
+    import httpx
+
+    from trainmedic.adapters.intake import intake_status
+    from trainmedic.core.models import JobSpec
+
+    _, scheduler = sim
+    settings = get_settings()
+    own_server.intake.argv[-1] = "0.3"  # poll fast: the test waits on it
+    own_server.intake.start(own_server.env)
+    try:
+        wait_until(lambda: intake_status(settings.home), 60, "the intake's first pass")
+        own_server.server.stop()
+        job = scheduler.submit(JobSpec(name="outage", nodes=1, steps=100_000))
+        scheduler.inject_job_fault(job.job_id, "script")
+        wait_until(
+            lambda: (s := intake_status(settings.home)) and s.pending and s.errors_in_a_row >= 2,
+            60,
+            "the intake to record the failure it cannot send",
+        )
+        status = intake_status(settings.home)
+        assert [p[0] for p in status.pending] == [job.job_id] and status.last_error
+        assert own_server.intake.pid() is not None  # still there, retrying
+
+        own_server.start_server()
+        wait_until(lambda: not intake_status(settings.home).pending, 60, "the failure sent")
+        assert intake_status(settings.home).last_error == ""
+
+        def events() -> list[dict]:
+            response = httpx.post(
+                f"{own_server.api_url}/events/filter",
+                json={"filter": {"any_resource": {"id": [f"trainmedic.job.{job.job_id}"]}}},
+                timeout=10,
+            )
+            response.raise_for_status()
+            return response.json()["events"]
+
+        wait_until(events, 30, "the event stored on the server")
+        time.sleep(2 * 0.3 + 1)  # a few more passes: none may send it again
+        assert [e["event"] for e in events()] == ["trainmedic.job.failed"]
+    finally:
+        own_server.intake.stop()

@@ -109,7 +109,7 @@ def embedded_stack(
         stack = Stack(settings)
         try:
             if worker:
-                stack.up()
+                stack.up(with_intake=False)  # each scenario sends its own events
             else:
                 stack.start_server()
             with temporary_settings({PREFECT_API_URL: stack.api_url}):

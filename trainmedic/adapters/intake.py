@@ -3,16 +3,35 @@
 It remembers which failures it has reported (``<home>/intake.json``), so a restart of the
 intake never reports a failure twice, and on its very first pass it takes the failures that
 are already there as known instead of flooding the runbooks with history.
+
+It is a service that must outlive the things it talks to: a Prefect server that restarts or a
+scheduler command that times out ends the pass, is recorded (``status``) and the next pass
+retries. A failure is marked reported only once its event was accepted, so nothing is lost
+while the server is away; each event's id comes from its content, so a send whose answer was
+lost and is sent again is dropped by the server, and triage's admission drops a replay too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from trainmedic.adapters.scheduler.base import Scheduler
+from trainmedic.core.errors import TrainmedicError
 from trainmedic.core.files import locked, read_json, write_json_atomic
 from trainmedic.core.models import JobEvent, JobInfo, JobState
+
+__all__ = [
+    "EVENT_FOR_STATE",
+    "Intake",
+    "IntakeStatus",
+    "PassResult",
+    "failure_event",
+    "intake_status",
+]
 
 EVENT_FOR_STATE = {
     JobState.FAILED: "job.failed",
@@ -35,6 +54,48 @@ def failure_event(job: JobInfo) -> JobEvent | None:
     )
 
 
+class IntakeStatus(BaseModel):
+    """What ``trainmedic status`` shows of the intake: is it keeping up, and if not, why."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reported: list[str] = []
+    last_pass_at: datetime | None = None
+    last_sent_at: datetime | None = None
+    # Failures seen but not yet accepted by the server, oldest first: (job id, when it failed).
+    pending: list[tuple[str, datetime]] = []
+    last_error: str = ""
+    errors_in_a_row: int = 0
+
+    def lag_s(self, now: datetime) -> float:
+        """How far behind the intake is: the age of the oldest failure not yet reported."""
+        return max(0.0, (now - self.pending[0][1]).total_seconds()) if self.pending else 0.0
+
+    def describe(self, now: datetime) -> str:
+        if self.last_pass_at is None:
+            return "no pass yet"
+        parts = [f"last pass {max(0.0, (now - self.last_pass_at).total_seconds()):.0f} s ago"]
+        if self.pending:
+            parts.append(f"{len(self.pending)} failure(s) waiting, lag {self.lag_s(now):.0f} s")
+        else:
+            parts.append("nothing waiting")
+        if self.last_error:
+            parts.append(f"failing ({self.errors_in_a_row} in a row): {self.last_error}")
+        return ", ".join(parts)
+
+
+def intake_status(home: Path) -> IntakeStatus | None:
+    """The intake's last pass as recorded under ``home``; None before its first pass."""
+    raw = read_json(Path(home) / "intake.json")
+    return None if raw is None else IntakeStatus.model_validate(raw)
+
+
+class PassResult(BaseModel):
+    sent: list[JobEvent]
+    pending: int
+    error: str = ""
+
+
 class Intake:
     def __init__(
         self,
@@ -50,24 +111,75 @@ class Intake:
         self.lock_path = Path(home) / "intake.lock"
         self.backfill = backfill
 
+    def status(self) -> IntakeStatus | None:
+        return intake_status(self.state_path.parent)
+
     def poll(self) -> list[JobEvent]:
-        """One pass: report every failure not reported before. Returns what was sent."""
+        """One pass: report every failure not reported before. Returns what was sent; a
+        failed send or scheduler query ends the pass early (see :meth:`run_pass`)."""
+        return self.run_pass().sent
+
+    def run_pass(self) -> PassResult:
+        """One pass, in the order the failures happened; the first send the server does not
+        accept ends it (later failures wait behind it, so they are sent in order)."""
         with locked(self.lock_path):
-            state = read_json(self.state_path)
-            first_pass = state is None
-            reported: set[str] = set((state or {}).get("reported", []))
+            previous = self.status()
+            status = previous or IntakeStatus()
+            reported = set(status.reported)
+            now = datetime.now(UTC)
+            try:
+                jobs = self.scheduler.jobs()
+            except (TrainmedicError, OSError) as exc:
+                if previous is not None:  # a first pass that saw nothing stays a first pass
+                    self._save(status, reported, status.pending, f"scheduler: {exc}", now)
+                return PassResult(sent=[], pending=len(status.pending), error=str(exc))
+            # Forget what the scheduler no longer lists (its history window moved on): the
+            # record stays the size of that window, not of the cluster's whole life.
+            reported &= {job.job_id for job in jobs}
+            events = [e for e in map(failure_event, jobs) if e is not None]
+            events = sorted((e for e in events if e.job_id not in reported), key=_when)
+            if previous is None and not self.backfill:
+                # The first pass takes what already failed as history.
+                reported.update(e.job_id for e in events)
+                events = []
             sent: list[JobEvent] = []
-            for job in self.scheduler.jobs():
-                event = failure_event(job)
-                if event is None or job.job_id in reported:
-                    continue
-                if first_pass and not self.backfill:
-                    reported.add(job.job_id)
-                    continue
-                self.send(event)
+            error = ""
+            for number, event in enumerate(events):
+                try:
+                    self.send(event)
+                except (TrainmedicError, OSError) as exc:
+                    error = f"send: {exc}"
+                    events = events[number:]
+                    break
                 # Marked only once sent: a failed send is retried on the next pass.
-                reported.add(job.job_id)
+                reported.add(event.job_id)
                 sent.append(event)
-                write_json_atomic(self.state_path, {"reported": sorted(reported)})
-            write_json_atomic(self.state_path, {"reported": sorted(reported)})
-            return sent
+                status.last_sent_at = datetime.now(UTC)
+                self._save(status, reported, [], "", now, keep_errors=True)
+            else:
+                events = []
+            waiting = [(e.job_id, e.occurred) for e in events]
+            self._save(status, reported, waiting, error, now)
+            return PassResult(sent=sent, pending=len(waiting), error=error)
+
+    def _save(
+        self,
+        status: IntakeStatus,
+        reported: set[str],
+        waiting: list[tuple[str, datetime]],
+        error: str,
+        now: datetime,
+        *,
+        keep_errors: bool = False,
+    ) -> None:
+        status.reported = sorted(reported)
+        status.last_pass_at = now
+        status.pending = waiting
+        if not keep_errors:
+            status.errors_in_a_row = status.errors_in_a_row + 1 if error else 0
+            status.last_error = error[:300]
+        write_json_atomic(self.state_path, status.model_dump(mode="json"))
+
+
+def _when(event: JobEvent) -> datetime:
+    return event.occurred

@@ -4,13 +4,19 @@ sends."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from trainmedic.cli.common import AddCommand
+from trainmedic.cli.common import EXIT_SERVER, AddCommand
 from trainmedic.core.settings import get_settings
+
+MAX_BACKOFF_S = 60.0
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    """The intake loop. It never gives up: a server or scheduler that is away ends a pass
+    (recorded, shown by `trainmedic status`) and the next pass retries, backing off to a
+    minute; nothing is marked reported until the server took it."""
     from trainmedic.stack import apply_prefect_env
 
     settings = get_settings()
@@ -20,12 +26,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from trainmedic.adapters.scheduler import get_scheduler
 
     intake = Intake(get_scheduler(settings), settings.home, emit, backfill=args.backfill)
+    delay = args.interval
     while True:
-        for event in intake.poll():
+        result = intake.run_pass()
+        for event in result.sent:
             print(f"{event.kind} job {event.job_id} ({event.reason or 'no reason'})", flush=True)
+        if result.error:
+            delay = min(max(delay * 2, args.interval), max(args.interval, MAX_BACKOFF_S))
+            print(
+                f"intake: {result.error}; {result.pending} failure(s) waiting, "
+                f"next try in {delay:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            delay = args.interval
         if args.once:
-            return 0
-        time.sleep(args.interval)
+            return EXIT_SERVER if result.error else 0
+        time.sleep(delay)
 
 
 def cmd_emit(args: argparse.Namespace) -> int:

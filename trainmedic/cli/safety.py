@@ -46,18 +46,18 @@ def cmd_breaker(args: argparse.Namespace) -> int:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
-    import os
-
     with_prefect()
     from trainmedic.adapters.notifications import install
 
-    # The URL usually carries a token: take it from the environment rather than argv (argv
-    # is visible to every user of the host in `ps`).
-    url = os.environ.get("TRAINMEDIC_WEBHOOK_URL") if args.webhook_from_env else None
+    # The URL usually carries a token: it comes from the environment (TRAINMEDIC_WEBHOOK_URL)
+    # rather than argv, which every user of the host sees in `ps`.
+    settings = get_settings()
+    url = settings.webhook_url.get_secret_value() if settings.webhook_url else None
     if args.webhook_from_env and not url:
         raise InputError("TRAINMEDIC_WEBHOOK_URL", "", "is not set")
-    automation = install(block_name=args.block, webhook_url=url)
-    print(f"automation {automation.name} -> block {args.block}")
+    block = args.block or settings.notify_block
+    automation = install(block_name=block, webhook_url=url if args.webhook_from_env else None)
+    print(f"automation {automation.name} -> block {block}")
     return 0
 
 
@@ -78,8 +78,9 @@ def register(add: AddCommand) -> None:
     )
     notify.add_argument(
         "--block",
-        default="trainmedic-oncall",
-        help="notification block to send to (e.g. an existing SlackWebhook)",
+        default=None,
+        help="notification block to send to (e.g. an existing SlackWebhook); "
+        "default TRAINMEDIC_NOTIFY_BLOCK (trainmedic-oncall)",
     )
     notify.add_argument(
         "--webhook-from-env",

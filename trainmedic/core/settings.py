@@ -104,12 +104,19 @@ class Settings(BaseSettings):
     drain_min_drainable: int = Field(default=1, ge=0, le=64)
     approval_timeout_s: int = Field(default=1800, ge=10, le=7 * 86_400)
 
-    # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
     # Which events start a remediation: older ones are stale; owners limits the jobs managed.
     event_max_age_s: int = Field(default=3600, ge=60, le=7 * 86_400)
     managed_owners: str = Field(
         default="", description="comma-separated job owners trainmedic manages; empty: all"
     )
+    # The intake (`trainmedic watch`, a service `trainmedic up` starts): seconds between polls.
+    intake_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # On-call: with a webhook URL (it usually holds a token: environment, never argv),
+    # `trainmedic up` installs the notification automations sending to block notify_block.
+    webhook_url: SecretStr | None = None
+    notify_block: str = Field(default="trainmedic-oncall", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+    # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
     breaker_limit: int = Field(default=20, ge=1, le=100_000)
     breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)
 
