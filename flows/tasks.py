@@ -164,9 +164,21 @@ def guarded(kind: ActionKind, target: str) -> Iterator[GuardedAction]:
     take the breaker's last slot."""
     store = server_state()
     with store.lock():
-        state = breaker_state(store.actions(), datetime.now(UTC), circuit_breaker(get_settings()))
+        entries = store.actions()
+        state = breaker_state(entries, datetime.now(UTC), circuit_breaker(get_settings()))
         if state.open:
             get_run_logger().error("%s %s refused: %s", kind, target, state.describe())
+            emit_for_human(
+                "page",
+                job_id=None,
+                category="circuit breaker open",
+                summary=f"{kind} {target} refused: {state.describe()}",
+                evidence="; ".join(
+                    f"{e.kind} {e.target} ({e.flow_run})" for e in store.actions()[-5:]
+                ),
+                answer="`trainmedic breaker` (the actions it counts), then "
+                "`trainmedic breaker --reset` once they are checked",
+            )
             raise PolicyRefused(
                 f"{kind} {target} refused: {state.describe()}; a human resets it with "
                 "`trainmedic breaker --reset` after checking what the automation did"
@@ -470,6 +482,15 @@ def tell_human(
     """Emit ``trainmedic.<kind>`` (page, owner.notify, approval.needed) about a job: the
     notification automation (`trainmedic notify`) sends it to on-call or the owner. The
     record says what was done: the event emitted, and whether anything delivers it."""
+    return emit_for_human(
+        kind, job_id=job_id, category=category, summary=summary, evidence=evidence, answer=answer
+    )
+
+
+def emit_for_human(
+    kind: str, *, job_id: str | None, category: str, summary: str, evidence: str, answer: str
+) -> ActionRecord:
+    """:func:`tell_human`'s work, callable where a task is not (inside the guard)."""
     from prefect.events import emit_event
 
     from trainmedic.adapters.notifications import installed

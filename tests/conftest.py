@@ -39,6 +39,7 @@ POLICY_ENV = {
     "max_per_window": "TRAINMEDIC_DRAIN_MAX_PER_HOUR",
     "min_drainable": "TRAINMEDIC_DRAIN_MIN_DRAINABLE",
     "breaker_limit": "TRAINMEDIC_BREAKER_LIMIT",
+    "crash_loop_after": "TRAINMEDIC_CRASH_LOOP_AFTER",
 }
 
 

@@ -4,7 +4,14 @@ Prefect server with the simulated cluster, until a human resets it."""
 from __future__ import annotations
 
 import pytest
-from support.waits import run_in_thread, unique_run_name, wait_finished, wait_step
+from support.waits import (
+    run_in_thread,
+    server_events,
+    unique_run_name,
+    wait_finished,
+    wait_step,
+    wait_until,
+)
 
 from trainmedic.cli.main import main
 from trainmedic.core.errors import PolicyRefused
@@ -40,6 +47,19 @@ def test_breaker_refuses_after_the_limit_until_reset(prefect_server, sim, monkey
     states = {n.name: n.state for n in scheduler.nodes()}
     assert states[second.nodes[1]] is not NodeState.DRAINED  # refused before acting
     assert not [j for j in scheduler.jobs() if j.resubmission_of == second.job_id]
+    # The refusal pages on-call (not only a Failed run): what it refused and how to reset.
+    pages = wait_until(
+        lambda: [
+            e
+            for e in server_events("trainmedic.run.*")
+            if e["event"] == "trainmedic.page"
+            and e["payload"]["category"] == "circuit breaker open"
+        ],
+        30,
+        "the page about the open breaker",
+    )
+    assert "trainmedic breaker --reset" in pages[-1]["payload"]["answer"]
+    assert f"{second.nodes[1]} refused" in pages[-1]["payload"]["summary"]
 
     # (No capsys here: Prefect's console log handler would keep its stream after the test.)
     assert main(["breaker", "--reset"]) == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId, ArtifactFilterKey
-from support.waits import wait_finished, wait_step
+from support.waits import server_events, wait_finished, wait_step, wait_until
 
 from trainmedic.adapters import checkpoints
 from trainmedic.core.models import JobSpec, JobState, NodeState
@@ -109,6 +109,18 @@ def test_script_error_goes_to_the_owner_and_is_not_retried(prefect_server, sim) 
     assert f"notify owner | job {job.job_id}" in text and "KeyError" in text
     # No notification automation on this server: the report says nobody was told.
     assert "nobody is told" in text
+    # ...but the event that would tell the owner is on the server, with what to do.
+    notices = wait_until(
+        lambda: [
+            e
+            for e in server_events(f"trainmedic.job.{job.job_id}")
+            if e["event"] == "trainmedic.owner.notify"
+        ],
+        30,
+        "the owner's notice",
+    )
+    assert notices[0]["payload"]["category"] == "ScriptError"
+    assert "KeyError" in notices[0]["payload"]["evidence"]
 
 
 def test_node_failure_without_proven_origin_is_located_by_pair_tests(prefect_server, sim) -> None:
@@ -312,3 +324,32 @@ def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
     assert main(["status", "--json"]) == 0
     nodes_out = json.loads(capsys.readouterr().out)["nodes_out"]
     assert {n["name"]: n["owner"] for n in nodes_out} == {"node008": "other", origin: "trainmedic"}
+
+
+def test_a_crash_loop_pages_on_call_and_resubmits_no_more(prefect_server, sim, policy) -> None:
+    """Two failed attempts in a row (the limit here): the second triage resubmits nothing
+    and pages, the page naming the job, the loop and what answers it."""
+    from flows.triage import TriageRequest, triage
+
+    policy(auto_approve_max=2, max_share=0.5, crash_loop_after=2)
+    cluster, scheduler = sim
+    first = failed_job(sim, "ecc", name="loop")
+    done = triage(TriageRequest(job_id=first.job_id))
+    assert done.new_job_id
+    again = scheduler.job(done.new_job_id)
+    wait_step(again, 70)
+    cluster.inject(again.nodes[0], "xid79")
+    second = wait_finished(scheduler, again.job_id)
+    result = triage(TriageRequest(job_id=second.job_id))
+    assert result.new_job_id is None and result.human_needed
+    pages = wait_until(
+        lambda: [
+            e
+            for e in server_events(f"trainmedic.job.{second.job_id}")
+            if e["event"] == "trainmedic.page"
+        ],
+        30,
+        "the crash-loop page",
+    )
+    assert "crash loop" in pages[0]["payload"]["summary"]
+    assert f"trainmedic triage {second.job_id}" in pages[0]["payload"]["answer"]

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from support.ports import free_port
 from support.stack import server_only
-from support.waits import run_in_thread, unique_run_name, wait_paused, wait_until
+from support.waits import (
+    run_in_thread,
+    server_events,
+    unique_run_name,
+    wait_paused,
+    wait_until,
+)
 
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler.slurm import SlurmScheduler
@@ -119,8 +125,6 @@ def test_intake_outlives_a_server_outage_and_reports_each_failure_once(
     """The intake (the service `trainmedic up` starts) keeps polling through a server
     restart: the failure that happened meanwhile waits (status shows the lag and why) and
     reaches the server once, when it is back."""
-    import httpx
-
     from trainmedic.adapters.intake import intake_status
     from trainmedic.core.models import JobSpec
 
@@ -147,13 +151,7 @@ def test_intake_outlives_a_server_outage_and_reports_each_failure_once(
         assert intake_status(settings.home).last_error == ""
 
         def events() -> list[dict]:
-            response = httpx.post(
-                f"{own_server.api_url}/events/filter",
-                json={"filter": {"any_resource": {"id": [f"trainmedic.job.{job.job_id}"]}}},
-                timeout=10,
-            )
-            response.raise_for_status()
-            return response.json()["events"]
+            return server_events(f"trainmedic.job.{job.job_id}", own_server.api_url)
 
         wait_until(events, 30, "the event stored on the server")
         time.sleep(2 * 0.3 + 1)  # a few more passes: none may send it again

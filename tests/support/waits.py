@@ -94,3 +94,23 @@ def run_in_thread(flow: Any, request: Any, run_name: str) -> tuple[threading.Thr
     thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), daemon=True)
     thread.start()
     return thread, box
+
+
+def server_events(resource_id: str, api_url: str | None = None) -> list[dict[str, Any]]:
+    """The events the Prefect server stored about ``resource_id`` (a job's
+    ``trainmedic.job.<id>``, a run's ``trainmedic.run.<name>``; a trailing ``*`` matches a
+    prefix), oldest first."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    url = api_url or str(PREFECT_API_URL.value())
+    wanted = (
+        {"id_prefix": [resource_id[:-1]]} if resource_id.endswith("*") else {"id": [resource_id]}
+    )
+    response = httpx.post(
+        f"{url.rstrip('/')}/events/filter",
+        json={"filter": {"any_resource": wanted, "order": "ASC"}, "limit": 50},
+        timeout=10,
+    )
+    response.raise_for_status()
+    return list(response.json()["events"])
