@@ -5,6 +5,7 @@ DCGM exporter) in a temporary home, the intake, and jobs on the simulated cluste
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import time
@@ -263,7 +264,7 @@ def test_locate_isolate_from_the_cli_runs_through_its_deployment(stack) -> None:
     assert runs and all(r.deployment_id is not None for r in runs)
 
 
-def test_runbook_commands_exit_by_what_the_run_did(stack) -> None:
+def test_runbook_commands_exit_by_what_the_run_did(stack, capsys) -> None:
     """0 when the runbook did what was asked (read from the run's persisted result), 4 when
     it completed but refused or left it to a human, 2 before any run for an unknown job."""
     from trainmedic.cli.main import main
@@ -274,8 +275,17 @@ def test_runbook_commands_exit_by_what_the_run_did(stack) -> None:
     SimCluster(settings.sim_home).inject(job.nodes[1], "xid79")
     failed = wait_finished(scheduler, job.job_id)
     assert main(["triage", failed.job_id, "--json"]) == 0  # drained, resubmitted, verified
-    assert [j for j in scheduler.jobs() if j.resubmission_of == failed.job_id]
+    new = next(j for j in scheduler.jobs() if j.resubmission_of == failed.job_id)
     assert main(["triage", failed.job_id]) == 4  # a replay now: not handled, nothing done
+    # The history, newest first, with each run's outcome read from its persisted result.
+    capsys.readouterr()
+    assert main(["runs", "--job", failed.job_id, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["runbook"] for r in rows] == ["triage", "triage"]
+    replay, first = rows
+    assert f"drained {job.nodes[1]}" in first["outcome"]
+    assert f"resubmitted as {new.job_id}" in first["outcome"]
+    assert "human: " in replay["outcome"] and first["started"] < replay["started"]
     assert main(["triage", "99999"]) == 2
 
     idle = next(n.name for n in scheduler.nodes() if n.state is NodeState.IDLE)

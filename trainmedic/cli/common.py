@@ -66,3 +66,52 @@ def with_prefect() -> None:
             f"the Prefect API at {url or '?'} does not answer ({type(problem).__name__}: "
             f"{str(problem)[:120] or 'no detail'}): is the server up? (`trainmedic up`)"
         )
+
+
+def persisted_result(state: object) -> object:
+    """The run's result as the worker persisted it (JSON, see the runbooks' flow decorators)
+    in this installation's result storage: the worker's PREFECT_HOME/storage, on this host or
+    a shared file system. Read as plain JSON: the result's class lives in the worker's
+    entrypoint module, which this process need not import."""
+    import json
+
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultRecordMetadata
+
+    from trainmedic.core.settings import get_settings
+
+    meta = state.data  # type: ignore[attr-defined]
+    if not isinstance(meta, ResultRecordMetadata):
+        return state.result()  # type: ignore[attr-defined]
+    storage = LocalFileSystem(basepath=str(get_settings().prefect_home / "storage"))
+    decoded = json.loads(storage.read_path(meta.storage_key))
+    return decoded.get("data", decoded) if isinstance(decoded, dict) else decoded
+
+
+def needs_human(outcome: dict[str, object]) -> str | None:
+    """What the completed run refused or left to a human, from its result; None when it did
+    what was asked."""
+    for key in ("not_handled", "human_needed"):
+        if outcome.get(key):
+            return str(outcome[key])
+    if outcome.get("restored") is False and "dry run" not in str(outcome.get("verdict")):
+        return f"{outcome.get('verdict')}: {outcome.get('reason')}"
+    if outcome.get("acted") is False:
+        return "nothing was rolled back (a human said no, or did not answer, or the budget)"
+    return None
+
+
+def outcome_summary(outcome: object) -> str:
+    """One cell for `trainmedic runs`: what the run found and did, from its result."""
+    if not isinstance(outcome, dict):
+        return ""
+    parts = [str(outcome["category"])] if outcome.get("category") else []
+    drained = outcome.get("drained")
+    if drained:
+        parts.append("drained " + ",".join(map(str, drained)))
+    if outcome.get("new_job_id"):
+        parts.append(f"resubmitted as {outcome['new_job_id']}")
+    human = needs_human(outcome)
+    if human:
+        parts.append(f"human: {human[:80]}")
+    return "; ".join(parts)

@@ -12,7 +12,14 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 
-from trainmedic.cli.common import AddCommand, print_json, ui_link, with_prefect
+from trainmedic.cli.common import (
+    AddCommand,
+    outcome_summary,
+    persisted_result,
+    print_json,
+    ui_link,
+    with_prefect,
+)
 from trainmedic.core.errors import InputError
 
 MAX_LIMIT = 1000
@@ -103,6 +110,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                         "state": run.state.name if run.state else "?",
                         "message": (run.state.message or "") if run.state else "",
                         "started": run.start_time.isoformat() if run.start_time else None,
+                        "outcome": _outcome(run.state),
                         "url": ui_link(run.id),
                     }
                 )
@@ -120,12 +128,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(
             f"{str(row['started'] or '')[:19]:<20} {row['runbook']!s:<20} "
             f"job {row['job_id'] or '-'!s:<8} {row['state']!s:<10} {row['name']}  "
-            f"{str(row['message'])[:60]}"
+            f"{str(row['outcome'] or row['message'])[:100]}"
         )
     return 0
 
 
 FILTERS = ("job", "node", "runbook", "state", "since")
+
+
+def _outcome(state: object) -> str:
+    """What a completed run found and did (category, drained, resubmitted as, human), read
+    from its persisted result; empty for a run without one, or whose result this host cannot
+    read (a worker elsewhere without shared storage)."""
+    if state is None or not state.is_completed():  # type: ignore[attr-defined]
+        return ""
+    try:
+        result = persisted_result(state)
+    except Exception:  # history still lists the run, without its outcome
+        return ""
+    outcome = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+    return outcome_summary(outcome)
 
 
 def register(add: AddCommand) -> None:

@@ -11,6 +11,8 @@ from trainmedic.cli.common import (
     EXIT_HUMAN,
     EXIT_RUN_FAILED,
     AddCommand,
+    needs_human,
+    persisted_result,
     print_json,
     ui_link,
     with_prefect,
@@ -48,7 +50,7 @@ def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     result: object = None
     if state.is_completed():
         try:
-            result = _persisted_result(state)
+            result = persisted_result(state)
         except Exception as exc:  # a result the worker could not persist or we cannot read
             result = None
             print(f"  (result unreadable: {type(exc).__name__}: {exc})", file=sys.stderr)
@@ -74,39 +76,6 @@ def run_runbook(deployment: str, request: object, *, as_json: bool) -> int:
     if not state.is_completed():
         return EXIT_RUN_FAILED
     return EXIT_HUMAN if human else 0
-
-
-def _persisted_result(state: object) -> object:
-    """The run's result as the worker persisted it (JSON, see the runbooks' flow decorators)
-    in this installation's result storage: the worker's PREFECT_HOME/storage, on this host or
-    a shared file system. Read as plain JSON: the result's class lives in the worker's
-    entrypoint module, which this process need not import."""
-    import json
-
-    from prefect.filesystems import LocalFileSystem
-    from prefect.results import ResultRecordMetadata
-
-    from trainmedic.core.settings import get_settings
-
-    meta = state.data  # type: ignore[attr-defined]
-    if not isinstance(meta, ResultRecordMetadata):
-        return state.result()  # type: ignore[attr-defined]
-    storage = LocalFileSystem(basepath=str(get_settings().prefect_home / "storage"))
-    decoded = json.loads(storage.read_path(meta.storage_key))
-    return decoded.get("data", decoded) if isinstance(decoded, dict) else decoded
-
-
-def needs_human(outcome: dict[str, object]) -> str | None:
-    """What the completed run refused or left to a human, from its result; None when it did
-    what was asked."""
-    for key in ("not_handled", "human_needed"):
-        if outcome.get(key):
-            return str(outcome[key])
-    if outcome.get("restored") is False and "dry run" not in str(outcome.get("verdict")):
-        return f"{outcome.get('verdict')}: {outcome.get('reason')}"
-    if outcome.get("acted") is False:
-        return "nothing was rolled back (a human said no, or did not answer, or the budget)"
-    return None
 
 
 def _shown(key: str, value: object) -> bool:
