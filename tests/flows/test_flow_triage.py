@@ -303,6 +303,17 @@ def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
     wait_paused(run_name, box=box)
     assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
     scheduler.admin_drain("node008", "fan replacement")
+    asks = wait_until(
+        lambda: [
+            e
+            for e in server_events(f"trainmedic.job.{failed.job_id}")
+            if e["event"] == "trainmedic.approval.needed"
+        ],
+        30,
+        "the approval request",
+    )
+    assert f"trainmedic approve {run_name}" in asks[0]["payload"]["answer"]
+    assert origin in asks[0]["payload"]["summary"]
 
     # `status` shows the run waiting, what answers it, and the nodes out with whose drain.
     capsys.readouterr()
