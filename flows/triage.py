@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
 from flows.rollback import RollbackRequest, roll_back
+from flows.slow import remediate_slow
 from flows.tasks import (
     admit_event,
     choose_checkpoint,
@@ -203,6 +204,31 @@ def _not_handled(job: JobInfo, admission: Admission) -> TriageResult:
     )
 
 
+def _fail_slow(job: JobInfo, request: TriageRequest) -> TriageResult:
+    """A job that trains, slowly: no error to diagnose, the pair test finds the node."""
+    outcome = remediate_slow(job, request.dry_run)
+    key = f"triage-{job.job_id}"
+    if outcome.not_handled:
+        get_run_logger().warning("job %s: %s", job.job_id, outcome.not_handled)
+    report_id = create_markdown_artifact(
+        key=key,
+        markdown=outcome.report
+        or f"# Triage of job {job.job_id}: not handled\n\n{outcome.not_handled}\n",
+        description=f"Fail-slow triage of job {job.job_id}",
+    )
+    return TriageResult(
+        job_id=job.job_id,
+        category="fail-slow",
+        root_cause_host=outcome.drained[0] if len(outcome.drained) == 1 else None,
+        drained=outcome.drained,
+        checkpoint_step=outcome.checkpoint_step,
+        new_job_id=outcome.new_job_id,
+        report_key=key,
+        report_id=str(report_id),
+        not_handled=outcome.not_handled,
+    )
+
+
 def _heartbeat_age(job: JobInfo) -> float | None:
     """Seconds since the job last showed progress; None for a job that has ended."""
     if job.state.finished:
@@ -228,6 +254,8 @@ def _triage(request: TriageRequest) -> TriageResult:
     admission = admit_event(job, request.event, request.occurred)
     if not admission.admitted:
         return _not_handled(job, admission)
+    if request.event == "job.slow":
+        return _fail_slow(job, request)
     logger.info(
         "triage of job %s (%s): %s on %s", job.job_id, request.event, job.state, ",".join(job.nodes)
     )

@@ -1,6 +1,8 @@
 """Runbook `watchdog` (scheduled): find jobs that hang silently — no log line, no heartbeat,
 GPUs idle — which the study found only when a user happened to look, and raise `job.hung`
-for each, which triggers `triage`.
+for each; and jobs that fail slow — still training, but their steps take twice as long as
+their own earlier steps (an overheating or throttled GPU, a degraded link) — and raise
+`job.slow`. Both trigger `triage`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from trainmedic.adapters.events import emit
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import JobEvent, JobInfo, JobState
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.training import is_hung
+from trainmedic.decisions.training import Slowdown, is_hung, parse_step_times, slowdown
+
+# Enough of a log's end for a few hundred steps' lines.
+LOG_TAIL_BYTES = 256 * 1024
 
 
 class WatchdogRequest(BaseModel):
@@ -32,6 +37,12 @@ class WatchdogRequest(BaseModel):
         "TRAINMEDIC_HANG_TIMEOUT_S, which triage uses too)",
     )
     dry_run: bool = False
+
+
+class SlowFinding(BaseModel):
+    job_id: str
+    slowdown: Slowdown
+    hot_gpus: list[str]  # "node003 GPU 2 at 96 C"
 
 
 class HangFinding(BaseModel):
@@ -91,6 +102,48 @@ def find_hung_jobs(timeout_s: float) -> list[HangFinding]:
     return findings
 
 
+def rank0_log_tail(job: JobInfo) -> list[str]:
+    """The last lines of rank 0's stdout (where the framework prints its step lines)."""
+    log_dir = Path(job.log_dir)
+    candidates = sorted(log_dir.glob("rank-00000.*.out")) or sorted(log_dir.glob("*.out"))
+    if not candidates:
+        return []
+    try:
+        with candidates[0].open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - LOG_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
+
+
+@task(name="find-slow-jobs", cache_policy=NO_CACHE)
+def find_slow_jobs(hung: list[str]) -> list[SlowFinding]:
+    from trainmedic.diagnosis.engine import HOT_GPU_C
+
+    settings = get_settings()
+    findings = []
+    for job in get_scheduler().jobs():
+        if job.state is not JobState.RUNNING or job.job_id in hung:
+            continue
+        found = slowdown(
+            parse_step_times(rank0_log_tail(job)),
+            factor=settings.slow_step_factor,
+            recent=settings.slow_recent_steps,
+        )
+        if found is None:
+            continue
+        hot = [
+            f"{s.host} GPU {s.gpu} at {s.temperature_c:.0f} C"
+            for s in fetch_telemetry.fn(list(job.nodes))
+            if s.temperature_c is not None and s.temperature_c >= HOT_GPU_C
+        ]
+        findings.append(SlowFinding(job_id=job.job_id, slowdown=found, hot_gpus=hot))
+    return findings
+
+
 @flow(name="watchdog", log_prints=True)
 def watchdog(request: WatchdogRequest) -> list[HangFinding]:
     logger = get_run_logger()
@@ -114,4 +167,24 @@ def watchdog(request: WatchdogRequest) -> list[HangFinding]:
             )
     if not findings:
         logger.info("no hung job (timeout %.0f s)", timeout_s)
+    for slow in find_slow_jobs([f.job_id for f in findings]):
+        why = slow.slowdown.describe() + (
+            f"; hot: {', '.join(slow.hot_gpus)}" if slow.hot_gpus else ""
+        )
+        logger.warning("job %s fails slow: %s", slow.job_id, why)
+        if not request.dry_run:
+            job = get_scheduler().job(slow.job_id)
+            emit(
+                JobEvent(
+                    kind="job.slow",
+                    job_id=job.job_id,
+                    nodes=job.nodes,
+                    # When the slowdown began, where the log says: one event id per slowdown.
+                    occurred=slow.slowdown.since.replace(tzinfo=UTC)
+                    if slow.slowdown.since
+                    else datetime.now(UTC),
+                    step=slow.slowdown.since_step,
+                    reason=why[:512],
+                )
+            )
     return findings

@@ -1,10 +1,22 @@
-"""Where a loss spike began, and whether the curve shows one at all (pure)."""
+"""Where a loss spike began, whether the curve shows one at all, and whether a job has
+slowed down against its own history (pure)."""
 
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
-from trainmedic.decisions.training import LossRecord, at_step, spike_start
+import pytest
+
+from trainmedic.core.errors import InputError
+from trainmedic.decisions.training import (
+    LossRecord,
+    StepTime,
+    at_step,
+    parse_step_times,
+    slowdown,
+    spike_start,
+)
 
 
 def curve(losses: list[float]) -> list[LossRecord]:
@@ -36,3 +48,38 @@ def test_nan_counts_from_its_first_appearance() -> None:
 def test_at_step_is_the_first_record_from_that_step() -> None:
     assert at_step(FLAT, 155) == FLAT[16]
     assert at_step(FLAT, 10_000) is None
+
+
+def _megatron(step: int, ms: float, second: int) -> str:
+    return (
+        f"[2026-12-03 17:{second // 60:02d}:{second % 60:02d},000] iteration {step:8d}/  100000 | "
+        f"consumed samples: {step * 32:10d} | lm loss: 2.1E+00 | grad norm: 0.800 | "
+        f"elapsed time per iteration (ms): {ms:.1f}"
+    )
+
+
+def test_step_times_are_read_from_megatron_lines_with_their_time() -> None:
+    lines = [_megatron(7, 51.3, 5), "saved checkpoint at iteration 7", "loss scale: 1.0"]
+    (only,) = parse_step_times(lines)
+    assert only.step == 7 and only.seconds == pytest.approx(0.0513)
+    assert only.at == datetime(2026, 12, 3, 17, 0, 5)
+
+
+def test_a_job_four_times_slower_than_its_own_history_is_slow_from_where_it_began() -> None:
+    times = [StepTime(step=s, seconds=0.05) for s in range(1, 101)]
+    times += [StepTime(step=s, seconds=0.2) for s in range(101, 116)]
+    found = slowdown(times, factor=1.5)
+    assert found is not None and found.ratio == pytest.approx(4.0)
+    assert found.since_step == 101 and "x4.0" in found.describe()
+
+
+def test_jitter_a_long_save_or_a_short_history_is_not_a_slowdown() -> None:
+    steady = [StepTime(step=s, seconds=0.05 + 0.01 * (s % 3)) for s in range(1, 101)]
+    assert slowdown(steady, factor=1.5) is None
+    save = [*steady[:-10], *steady[-10:-1], StepTime(step=100, seconds=30.0)]
+    assert slowdown(save, factor=1.5) is None  # one long step: the median does not move
+    young = [StepTime(step=s, seconds=0.05) for s in range(1, 11)]
+    young += [StepTime(step=s, seconds=0.5) for s in range(11, 21)]
+    assert slowdown(young, factor=1.5) is None  # no history to regress from yet
+    with pytest.raises(InputError):
+        slowdown(steady, factor=1.0)

@@ -100,7 +100,13 @@ class JobEvent(Strict):
     """A failure/anomaly report about one job, from the scheduler or the training framework."""
 
     kind: Literal[
-        "job.failed", "job.node_fail", "job.timeout", "job.loss_spike", "job.nan_loss", "job.hung"
+        "job.failed",
+        "job.node_fail",
+        "job.timeout",
+        "job.loss_spike",
+        "job.nan_loss",
+        "job.hung",
+        "job.slow",
     ]
     job_id: JobId
     occurred: datetime = Field(default_factory=utcnow)

@@ -1,10 +1,13 @@
-"""Pure decisions of the recovery runbooks: where a loss spike began, whether a job hangs.
-No I/O beyond parsing what it is handed, no Prefect."""
+"""Pure decisions of the recovery runbooks: where a loss spike began, whether a job hangs,
+whether it has slowed down (fail-slow). No I/O beyond parsing what it is handed, no Prefect."""
 
 from __future__ import annotations
 
 import math
+import re
+import statistics
 from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
@@ -80,3 +83,85 @@ def is_hung(
     if not ages or min(ages) < timeout_s:
         return False
     return not gpu_utilization or max(gpu_utilization) < 5.0
+
+
+# Megatron-LM / NeMo: "iteration      120/  100000 | ... | elapsed time per iteration (ms): 51.3"
+_MEGATRON_STEP = re.compile(
+    r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?"
+    r"elapsed time per iteration \(ms\):\s*(?P<ms>\d+(?:\.\d+)?)"
+)
+# A timestamp at the start of the line ("[2026-12-03 17:43:02,123]" or ISO "2026-12-03T17:43:02").
+_STAMP = re.compile(r"^\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)")
+
+
+class StepTime(BaseModel):
+    step: int = Field(ge=0)
+    seconds: float = Field(ge=0)
+    at: datetime | None = None  # when the line was written, where the line says
+
+
+class Slowdown(BaseModel):
+    """A job whose recent steps take ``ratio`` times its own earlier steps."""
+
+    baseline_s: float
+    recent_s: float
+    ratio: float
+    since_step: int
+    since: datetime | None
+
+    def describe(self) -> str:
+        return (
+            f"step time {self.recent_s * 1000:.0f} ms over the last steps against "
+            f"{self.baseline_s * 1000:.0f} ms before (x{self.ratio:.1f}) since step "
+            f"{self.since_step}"
+        )
+
+
+def parse_step_times(lines: Iterable[str]) -> list[StepTime]:
+    """Per-step times from a training log (Megatron/NeMo's per-iteration lines)."""
+    found = []
+    for line in lines:
+        match = _MEGATRON_STEP.search(line)
+        if match is None:
+            continue
+        stamp = _STAMP.match(line)
+        at = None
+        if stamp:
+            try:
+                at = datetime.fromisoformat(stamp[1].replace(" ", "T"))
+            except ValueError:
+                at = None
+        found.append(StepTime(step=int(match["step"]), seconds=float(match["ms"]) / 1000, at=at))
+    return found
+
+
+def slowdown(
+    times: Sequence[StepTime], *, factor: float, recent: int = 10, baseline_min: int = 20
+) -> Slowdown | None:
+    """The job's recent steps against its own history: slow when the median of the last
+    ``recent`` steps is at least ``factor`` times the median of up to 200 steps before them
+    (at least ``baseline_min`` of them: a job just started has no history to regress from).
+
+    Medians, not means: one long step (a checkpoint save, an evaluation) is not a slowdown.
+    """
+    if factor <= 1:
+        raise InputError("factor", factor, "must be above 1")
+    if len(times) < baseline_min + recent:
+        return None
+    last, before = times[-recent:], times[-recent - 200 : -recent]
+    baseline = statistics.median(t.seconds for t in before)
+    current = statistics.median(t.seconds for t in last)
+    if baseline <= 0 or current < factor * baseline:
+        return None
+    # Where it began: the first of the trailing run of slow steps.
+    start = len(times) - 1
+    while start > 0 and times[start - 1].seconds >= factor * baseline:
+        start -= 1
+    first = times[max(start, len(times) - recent - len(before))]
+    return Slowdown(
+        baseline_s=baseline,
+        recent_s=current,
+        ratio=current / baseline,
+        since_step=first.step,
+        since=first.at,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainmedic.core.models import ActionRecord, Checkpoint, JobInfo
-from trainmedic.decisions.training import LossRecord
+from trainmedic.decisions.training import LossRecord, Slowdown
 from trainmedic.reports.common import actions_table, dry_run_mark
 
 
@@ -80,4 +80,39 @@ def planned_stop_report(
         f"- job stopped: {'yes' if stop.changed else 'no'} ({stop.outcome})",
         f"- resume with: `trainmedic restart {job.job_id} --from-checkpoint {resume_step}`",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def fail_slow_report(
+    *,
+    job: JobInfo,
+    slowdown: Slowdown,
+    hot_gpus: Sequence[str],
+    saved: Checkpoint | None,
+    faulty: Sequence[str],
+    slow: Sequence[str],
+    actions: Sequence[ActionRecord],
+    new_job: JobInfo | None,
+    dry_run: bool,
+) -> str:
+    lines = [
+        f"# Fail-slow triage of job {job.job_id} ({job.name}){dry_run_mark(dry_run)}",
+        "",
+        f"- the job still trained, slowly: {slowdown.describe()}",
+        "- hot GPUs (DCGM): " + (", ".join(hot_gpus) if hot_gpus else "none reported"),
+        f"- checkpoint saved before the stop: step {saved.step} (`{saved.path}`)"
+        if saved
+        else "- no checkpoint saved on request (dry run, or the job ended first)",
+        f"- pair test over its nodes: faulty {', '.join(faulty) or 'none'}, "
+        f"slow {', '.join(slow) or 'none'}",
+        "",
+        "## Actions",
+        "",
+        *actions_table(actions),
+    ]
+    if new_job is not None:
+        lines += [
+            "",
+            f"New job **{new_job.job_id}** ({new_job.state}) on {', '.join(new_job.nodes)}",
+        ]
     return "\n".join(lines) + "\n"
