@@ -56,6 +56,7 @@ def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
         parse_step_times(rank0_log_tail(job)),
         factor=settings.slow_step_factor,
         recent=settings.slow_recent_steps,
+        min_duration_s=settings.slow_min_s,
     )
     if found is None:
         return SlowOutcome(not_handled=f"job {job.job_id} is back to its usual step time")

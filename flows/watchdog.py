@@ -132,6 +132,7 @@ def find_slow_jobs(hung: list[str]) -> list[SlowFinding]:
             parse_step_times(rank0_log_tail(job)),
             factor=settings.slow_step_factor,
             recent=settings.slow_recent_steps,
+            min_duration_s=settings.slow_min_s,
         )
         if found is None:
             continue

@@ -29,6 +29,7 @@ def exporter(sim, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     monkeypatch.setenv("TRAINMEDIC_TELEMETRY_URL", url)
+    monkeypatch.setenv("TRAINMEDIC_SLOW_MIN_S", "2")  # the sim's steps are 50 ms, not seconds
     get_settings.cache_clear()
     try:
         yield url

@@ -71,6 +71,9 @@ def test_a_job_four_times_slower_than_its_own_history_is_slow_from_where_it_bega
     found = slowdown(times, factor=1.5)
     assert found is not None and found.ratio == pytest.approx(4.0)
     assert found.since_step == 101 and "x4.0" in found.describe()
+    # 15 slow steps of 0.2 s are 3 s of slowness: not yet the minute asked for.
+    assert slowdown(times, factor=1.5, min_duration_s=60) is None
+    assert slowdown(times, factor=1.5, min_duration_s=3) is not None
 
 
 def test_jitter_a_long_save_or_a_short_history_is_not_a_slowdown() -> None:

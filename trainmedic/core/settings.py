@@ -127,9 +127,11 @@ class Settings(BaseSettings):
     )
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
     # Fail-slow: a running job whose last slow_recent_steps steps take slow_step_factor times
-    # its own earlier steps (medians) raises job.slow (the watchdog checks every minute).
+    # its own earlier steps (medians), slow for slow_min_s in all, raises job.slow (the
+    # watchdog checks every minute).
     slow_step_factor: float = Field(default=2.0, gt=1.0, le=100)
     slow_recent_steps: int = Field(default=20, ge=3, le=10_000)
+    slow_min_s: float = Field(default=60.0, ge=0, le=86_400)
     # Its pair test is stricter than a plain locate's (0.5): the job already showed a slow
     # node, and a throttled GPU costs a pair ~30 % of its bandwidth, not half.
     slow_pair_ratio: float = Field(default=0.8, gt=0.0, le=1.0)

@@ -136,11 +136,17 @@ def parse_step_times(lines: Iterable[str]) -> list[StepTime]:
 
 
 def slowdown(
-    times: Sequence[StepTime], *, factor: float, recent: int = 10, baseline_min: int = 20
+    times: Sequence[StepTime],
+    *,
+    factor: float,
+    recent: int = 10,
+    baseline_min: int = 20,
+    min_duration_s: float = 0.0,
 ) -> Slowdown | None:
     """The job's recent steps against its own history: slow when the median of the last
     ``recent`` steps is at least ``factor`` times the median of up to 200 steps before them
-    (at least ``baseline_min`` of them: a job just started has no history to regress from).
+    (at least ``baseline_min`` of them: a job just started has no history to regress from),
+    and the slow steps have lasted ``min_duration_s`` in all (a busy moment is not a fault).
 
     Medians, not means: one long step (a checkpoint save, an evaluation) is not a slowdown.
     """
@@ -157,7 +163,10 @@ def slowdown(
     start = len(times) - 1
     while start > 0 and times[start - 1].seconds >= factor * baseline:
         start -= 1
-    first = times[max(start, len(times) - recent - len(before))]
+    start = max(start, len(times) - recent - len(before))
+    if sum(t.seconds for t in times[start:]) < min_duration_s:
+        return None
+    first = times[start]
     return Slowdown(
         baseline_s=baseline,
         recent_s=current,
