@@ -31,6 +31,7 @@ from flows.tasks import (
     llm_config,
     load_job,
     restart_from,
+    server_state,
     stop_job,
     tell_human,
 )
@@ -49,8 +50,9 @@ from trainmedic.core.taxonomy import Action
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.admission import Admission
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
+from trainmedic.decisions.corrections import apply_corrections
 from trainmedic.decisions.remediation import Plan, plan_remediation
-from trainmedic.diagnosis import LogSource, diagnose
+from trainmedic.diagnosis import LogSource, diagnose, site_catalogue
 from trainmedic.reports.triage import triage_report
 from trainmedic.state import Ledgers
 
@@ -113,6 +115,10 @@ def classify_failure(
         heartbeat_age_s=heartbeat_age_s,
         hang_after_s=hang_after_s,
         llm=llm_config(),
+    )
+    # A human corrected this failure before (the same line templates): their verdict wins.
+    diagnosis = apply_corrections(
+        diagnosis, sources, server_state().corrections(), site_catalogue()
     )
     get_run_logger().info(
         "diagnosis: %s on %s (confidence %.2f)",

@@ -364,3 +364,37 @@ def test_a_crash_loop_pages_on_call_and_resubmits_no_more(prefect_server, sim, p
     )
     assert "crash loop" in pages[0]["payload"]["summary"]
     assert f"trainmedic triage {second.job_id}" in pages[0]["payload"]["answer"]
+
+
+def test_a_human_correction_changes_the_verdict_of_the_next_failure_like_it(
+    prefect_server, sim, capsys
+) -> None:
+    """The human says the KeyError of job A was a corrupt data shard (storage), on its host;
+    job B fails the same way later: its triage gives the human's verdict, says whose, and
+    `runs` shows A's correction."""
+    from flows.triage import TriageRequest, triage
+    from trainmedic.cli.main import main
+
+    _, scheduler = sim
+    jobs = []
+    for name in ("first", "second"):
+        job = scheduler.submit(JobSpec(name=name, nodes=2, steps=100_000, owner="alice"))
+        wait_step(job, 5)
+        scheduler.inject_job_fault(job.job_id, "script")
+        jobs.append(wait_finished(scheduler, job.job_id))
+    first, second = jobs
+    assert triage(TriageRequest(job_id=first.job_id)).category == "ScriptError"
+    origin = first.nodes[0]  # rank 0 printed the traceback
+    argv = ["correct", first.job_id, "--category", "StorageError", "--host", origin]
+    assert main([*argv, "--reason", "corrupt data shard", "--by", "bob"]) == 0
+    assert main(["correct", first.job_id, "--category", "Gremlins"]) == 2  # one line, no run
+
+    result = triage(TriageRequest(job_id=second.job_id))
+    assert result.category == "StorageError"
+    assert result.root_cause_host == second.nodes[0]
+    assert "bob corrected job" in report(result)
+
+    capsys.readouterr()
+    assert main(["runs", "--job", first.job_id, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and rows[0]["corrected"] == "StorageError by bob"

@@ -1,6 +1,7 @@
 """What every runbook, worker and CLI host must agree on lives on the Prefect server, never in
 a local file: the guard's lock, the record of destructive actions (the circuit breaker and the
-drain rate limit count them) and trainmedic's drain records (drain ownership).
+drain rate limit count them), trainmedic's drain records (drain ownership) and the humans'
+corrections of diagnoses (every worker applies them).
 
 * **The guard lock** is a Prefect global concurrency limit of one slot. A runbook checks the
   guard and acts while holding it, so two runs at once cannot both pass a guard that has room
@@ -9,7 +10,8 @@ drain rate limit count them) and trainmedic's drain records (drain ownership).
 * **Records** are Prefect Variables, rows in the server's database (SQLite or PostgreSQL)
   that every host reads the same: one per destructive action (``tm_action_*``, kept for the
   longest window a policy may have) and one per node trainmedic holds drained
-  (``tm_drain_*``, deleted when trainmedic returns the node).
+  (``tm_drain_*``, deleted when trainmedic returns the node), and one per human
+  correction (``tm_correction_*``).
 
 Both are per cluster (``Settings.cluster``): clusters that share one Prefect server each have
 their own lock, breaker and drain records.
@@ -31,7 +33,7 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from pydantic import ValidationError
 
 from trainmedic.core.errors import ServerError
-from trainmedic.state.records import ActionEntry, DrainRecord
+from trainmedic.state.records import ActionEntry, Correction, DrainRecord
 
 __all__ = [
     "ACTION_RETENTION",
@@ -112,6 +114,7 @@ class ServerState:
         self.cluster = cluster
         self.action_tag = f"trainmedic-action-{cluster}"
         self.drain_tag = f"trainmedic-drain-{cluster}"
+        self.correction_tag = f"trainmedic-correction-{cluster}"
 
     def lock(self, timeout_s: float = GUARD_WAIT_S) -> contextlib.AbstractContextManager[None]:
         return guard_lock(self.cluster, timeout_s)
@@ -217,3 +220,17 @@ class ServerState:
 
     def forget_drain(self, node: str) -> None:
         self._delete(drain_variable_name(self.cluster, node))
+
+    # ------------------------------------------------------------------ corrections
+
+    def record_correction(self, correction: Correction) -> None:
+        name = f"tm_correction_{self.cluster}_{correction.id}"
+        self._put(name, correction.model_dump(mode="json"), self.correction_tag)
+
+    def corrections(self) -> list[Correction]:
+        """Every human correction of this cluster, oldest first."""
+        found = []
+        for _, value in self._values(self.correction_tag, f"tm_correction_{self.cluster}_%"):
+            with contextlib.suppress(ValidationError):
+                found.append(Correction.model_validate(value))
+        return sorted(found, key=lambda c: c.at)

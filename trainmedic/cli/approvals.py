@@ -1,4 +1,6 @@
-"""``trainmedic approve RUN``: answer a runbook paused for approval."""
+"""What humans answer: ``trainmedic approve RUN`` (a runbook paused for approval) and
+``trainmedic correct RUN_OR_JOB --category X`` (the true cause of a failure, learnt: later
+failures with the same lines get it); ``trainmedic corrections [--export]`` lists them."""
 
 from __future__ import annotations
 
@@ -79,7 +81,119 @@ def find_run(client, ref: str):  # type: ignore[no-untyped-def]
     return runs[0]
 
 
+def cmd_correct(args: argparse.Namespace) -> int:
+    import secrets
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from trainmedic.adapters.scheduler import get_scheduler
+    from trainmedic.adapters.server_state import ServerState
+    from trainmedic.core.settings import get_settings
+    from trainmedic.core.taxonomy import Category
+    from trainmedic.core.validate import JOB_ID_RE, hostname, safe_text
+    from trainmedic.decisions.corrections import fingerprint
+    from trainmedic.diagnosis import LogSource, site_catalogue
+    from trainmedic.state.records import Correction
+
+    try:
+        category = Category(args.category)
+    except ValueError:
+        raise InputError(
+            "category", args.category, f"not one of {', '.join(c.value for c in Category)}"
+        ) from None
+    host = hostname(args.host, "host") if args.host else None
+    reason = safe_text(args.reason, "reason") if args.reason else ""
+    with_prefect()
+    job_id = args.target
+    if not JOB_ID_RE.match(job_id):
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            run = find_run(client, args.target)
+        request = (run.parameters or {}).get("request") or {}
+        job_id = request.get("job_id") if isinstance(request, dict) else None
+        if not job_id:
+            raise InputError("run", args.target, "is not about a job (no job_id in its request)")
+    job = get_scheduler().job(job_id)
+    logs = sorted(p for p in Path(job.log_dir).glob("*") if p.is_file())
+    lines = fingerprint([LogSource.from_path(p) for p in logs], site_catalogue())
+    if not lines:
+        raise InputError("job", job_id, "its logs end with no error line to learn from")
+    host_template = None
+    if host is not None:
+        here = [line for line in lines if line.host == host]
+        if not here:
+            raise InputError(
+                "host", host, f"none of the lines telling job {job_id}'s failure is in its logs"
+            )
+        host_template = here[-1].template
+    correction = Correction(
+        id=secrets.token_hex(4),
+        job_id=job.job_id,
+        category=str(category),
+        templates=tuple(line.template for line in lines),
+        host_template=host_template,
+        host=host,
+        examples=tuple(line.text for line in lines),
+        by=args.by or getpass.getuser(),
+        reason=reason,
+        at=datetime.now(UTC),
+    )
+    ServerState(get_settings().cluster).record_correction(correction)
+    if args.json:
+        print_json(correction.model_dump(mode="json"))
+        return 0
+    print(
+        f"correction {correction.id}: job {job.job_id} is {category}"
+        + (f" on {host}" if host else "")
+    )
+    print("later failures whose logs end with these lines get it:")
+    for line in lines:
+        print(f"  {line.text}")
+    return 0
+
+
+def cmd_corrections(args: argparse.Namespace) -> int:
+    from trainmedic.adapters.server_state import ServerState
+    from trainmedic.core.settings import get_settings
+    from trainmedic.decisions.corrections import as_overlay
+
+    with_prefect()
+    found = ServerState(get_settings().cluster).corrections()
+    if args.export:
+        print(as_overlay(found), end="")
+        return 0
+    if args.json:
+        print_json([c.model_dump(mode="json") for c in found])
+        return 0
+    if not found:
+        print("no corrections")
+    for c in found:
+        print(
+            f"{c.at:%Y-%m-%d %H:%M}Z {c.id} job {c.job_id} -> {c.category}"
+            f"{f' on {c.host}' if c.host else ''} by {c.by}: {c.reason or '-'}"
+        )
+    return 0
+
+
 def register(add: AddCommand) -> None:
+    correct = add(
+        "correct",
+        cmd_correct,
+        "record the true cause of a job's failure; later failures with the same lines get it",
+    )
+    correct.add_argument("target", metavar="RUN_OR_JOB", help="a job id, or a triage run's name")
+    correct.add_argument("--category", required=True, help="the taxonomy label, e.g. StorageError")
+    correct.add_argument("--host", help="the node where the fault started")
+    correct.add_argument("--reason", default="", help="why (kept with the correction)")
+    correct.add_argument("--by", default=None, help="who corrects (default: this user)")
+    correct.add_argument("--json", action="store_true")
+    listing = add("corrections", cmd_corrections, "the human corrections the diagnosis applies")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--export", action="store_true", help="print them as overlay signatures (TOML)"
+    )
+
     approve = add("approve", cmd_approve, "answer a runbook paused for approval")
     approve.add_argument("run", help="flow run id or name")
     approve.add_argument("--reject", action="store_true")

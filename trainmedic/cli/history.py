@@ -80,6 +80,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         else None,
     )
     flow_filter = FlowFilter(name=FlowFilterName(any_=[args.runbook])) if args.runbook else None
+    from trainmedic.adapters.server_state import ServerState
+    from trainmedic.core.settings import get_settings
+
+    # A human's correction of a job's diagnosis shows on that job's runs.
+    corrected = {c.job_id: c for c in ServerState(get_settings().cluster).corrections()}
     rows: list[dict[str, object]] = []
     with get_client(sync_client=True) as client:
         flows = {f.id: f.name for f in client.read_flows()}
@@ -111,6 +116,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
                         "message": (run.state.message or "") if run.state else "",
                         "started": run.start_time.isoformat() if run.start_time else None,
                         "outcome": _outcome(run.state),
+                        "corrected": (
+                            f"{corrected[job].category} by {corrected[job].by}"
+                            if job in corrected
+                            else None
+                        ),
                         "url": ui_link(run.id),
                     }
                 )
@@ -129,6 +139,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{str(row['started'] or '')[:19]:<20} {row['runbook']!s:<20} "
             f"job {row['job_id'] or '-'!s:<8} {row['state']!s:<10} {row['name']}  "
             f"{str(row['outcome'] or row['message'])[:100]}"
+            + (f" [corrected: {row['corrected']}]" if row["corrected"] else "")
         )
     return 0
 

@@ -38,3 +38,21 @@ class DrainRecord(Strict):
     reason: str = ""
     evidence: str = ""
     job_id: str | None = None
+
+
+class Correction(Strict):
+    """A human's verdict on a job's failure, kept as a labelled example: later failures whose
+    logs hold the same line templates get the human's category (and origin)."""
+
+    id: str
+    job_id: str
+    category: str  # a taxonomy label (checked where the human gives it)
+    # Digit-masked, lowercased templates of the failure's telling lines (its fingerprint).
+    templates: tuple[str, ...]
+    # The template whose log names the origin host (the human's --host), if one was given.
+    host_template: str | None = None
+    host: str | None = None
+    examples: tuple[str, ...] = ()  # the lines of the templates, as they were written
+    by: str
+    reason: str = ""
+    at: datetime
