@@ -68,6 +68,10 @@ SERVER_DOWN = [
     ("emit", "loss_spike", "--job", "{job}", "--step", "5"),
     ("locate", "node[001-002]"),
     ("locate", "--isolate", "node[001-002]"),
+    ("preflight", "node[001-002]"),
+    ("preflight", "--drain", "node[001-002]"),
+    ("correct", "{job}", "--category", "StorageError"),
+    ("corrections",),
 ]
 
 
@@ -90,6 +94,9 @@ BAD_INPUT = [
     (("runs", "--limit", "5000"), "limit"),
     (("runs", "--since", "yesterday"), "since"),
     (("locate", "node[1-"), "nodes"),
+    (("preflight", "node999"), "node999"),
+    (("correct", "{job}", "--category", "Gremlins"), "category"),
+    (("correct", "{job}", "--category", "ECCError", "--host", "bad;host"), "host"),
 ]
 
 
@@ -97,8 +104,8 @@ BAD_INPUT = [
     ("argv", "named"), BAD_INPUT, ids=lambda v: " ".join(v) if isinstance(v, tuple) else v
 )
 def test_bad_input_is_one_line_naming_it_and_exit_2(down, argv, named: str) -> None:  # type: ignore[no-untyped-def]
-    env, _ = down
-    proc = cli(env, *argv)
+    env, job = down
+    proc = cli(env, *(a.format(job=job) for a in argv))
     line = one_line(proc)
     assert proc.returncode == EXIT_INPUT, (proc.returncode, line)
     assert named in line

@@ -22,10 +22,23 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.settings import get_settings
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "run_preflight"]
 
 
 def register(add: AddCommand) -> None:
+    check = add(
+        "preflight",
+        run_preflight,
+        "are these nodes fit to start a job (nvidia-smi, recent Xid, optional pair test)",
+    )
+    check.add_argument("nodes", metavar="NODE_EXPR", help="e.g. node[001-064], $SLURM_JOB_NODELIST")
+    check.add_argument("--pair-test", action="store_true", help="also pair-test the fit nodes")
+    check.add_argument(
+        "--drain", action="store_true", help="drain the unfit ones (through the deployment)"
+    )
+    check.add_argument("--xid-window", type=float, default=86_400, metavar="S")
+    check.add_argument("--json", action="store_true")
+
     parser = add(
         "locate",
         run,
@@ -74,6 +87,35 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     else:
         out.write(_human(summary))
     return 0
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    """0: every node fit; 4: unfit nodes (drained with --drain, else left for a human)."""
+    from trainmedic.adapters.ansible import Inventory
+    from trainmedic.cli.common import EXIT_HUMAN, print_json, with_prefect
+
+    names = _names(args.nodes, "nodes")
+    if not names:
+        raise InputError("nodes", args.nodes, "no nodes to check")
+    Inventory(get_settings().inventory).check(names)
+    with_prefect()
+    from flows.preflight import PreflightRequest, preflight
+
+    request = PreflightRequest(
+        nodes=names, pair_test=args.pair_test, drain=args.drain, xid_window_s=args.xid_window
+    )
+    if args.drain:
+        from trainmedic.cli.runbooks import run_runbook
+
+        return run_runbook("preflight/preflight", request, as_json=args.json)
+    result = preflight(request)
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        print(f"{len(result.fit)} fit, {len(result.unfit)} unfit ({result.wall_s} s)")
+        for node, problems in sorted(result.unfit.items()):
+            print(f"  {node}: {'; '.join(problems)}")
+    return EXIT_HUMAN if result.unfit else 0
 
 
 def _names(expr: str, field: str) -> list[str]:
