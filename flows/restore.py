@@ -15,6 +15,8 @@ only when trainmedic drained it.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -29,6 +31,7 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
 from trainmedic.core.settings import get_settings
+from trainmedic.decisions.guard import drains_of
 from trainmedic.decisions.ownership import Ownership, drain_owner
 from trainmedic.locate import Group, Verdict, judge_round
 from trainmedic.reports.nodes import restore_report
@@ -146,6 +149,19 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
             verdict="refused: not trainmedic's drain",
             reason=f"{ownership.why}; only its owner returns it (or `trainmedic restore "
             f"{node} --force --by NAME --reason TEXT`)",
+        )
+    drains = drains_of(
+        store.actions(), node, datetime.now(UTC), timedelta(days=settings.lemon_window_days)
+    )
+    if len(drains) >= settings.lemon_drains and not request.force:
+        return _finish(
+            result,
+            request,
+            verdict="refused: a lemon",
+            reason=f"{node} was drained {len(drains)} times in {settings.lemon_window_days:g} "
+            f"days ({', '.join(f'{e.at:%m-%d %H:%M}' for e in drains)}): it needs hardware "
+            f"inspection, not another return (`trainmedic restore {node} --force --by NAME "
+            "--reason TEXT` after it)",
         )
     if current.state is NodeState.DOWN:
         return _finish(

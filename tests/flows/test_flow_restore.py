@@ -177,3 +177,32 @@ def test_marker_is_removed_before_the_node_is_resumed(prefect_server, sim, monke
     assert restore_node(RestoreRequest(node="node004")).restored
     assert marked_at_resume == [False]
     assert server_state().drain_record("node004") is None  # ours no more
+
+
+@pytest.mark.server
+def test_a_lemon_is_not_returned_until_a_human_forces_it(prefect_server, sim, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Drained 3 times in a week (the limit here: 2): its third return is refused whatever
+    its pair test would say; a named human with a reason can still return it."""
+    from flows.restore import RestoreRequest, restore_node
+    from trainmedic.core.settings import get_settings
+
+    monkeypatch.setenv("TRAINMEDIC_LEMON_DRAINS", "2")
+    get_settings.cache_clear()
+    cluster, scheduler = sim
+    cluster.inject("node004", "xid79")
+    isolated(cluster, "node004", scheduler)
+    cluster.repair("node004")
+    assert restore_node(RestoreRequest(node="node004")).restored  # once: fine
+
+    cluster.inject("node004", "ecc")
+    isolated(cluster, "node004", scheduler)
+    cluster.repair("node004")
+    refused = restore_node(RestoreRequest(node="node004"))
+    assert not refused.restored and refused.verdict == "refused: a lemon"
+    assert "drained 2 times in 7 days" in refused.reason
+    assert states(scheduler)["node004"].state is NodeState.DRAINED
+
+    forced = restore_node(
+        RestoreRequest(node="node004", force=True, forced_by="carol", force_reason="GPU swapped")
+    )
+    assert forced.restored

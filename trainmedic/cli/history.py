@@ -161,7 +161,30 @@ def _outcome(state: object) -> str:
     return outcome_summary(outcome)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The fleet report over ``--since`` (default a week), computed here and kept as the
+    `fleet-report` artifact, as the hourly deployment does."""
+    since = since_time(args.since)
+    hours = (datetime.now(UTC) - since).total_seconds() / 3600
+    if not 0 < hours <= 24 * 365:
+        raise InputError("since", args.since, "must be between now and a year ago")
+    with_prefect()
+    from flows.report import FleetReportRequest, fleet_report_flow
+    from trainmedic.reports.fleet import fleet_markdown
+
+    report = fleet_report_flow(FleetReportRequest(since_h=hours))
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        print(fleet_markdown(report), end="")
+    return 0
+
+
 def register(add: AddCommand) -> None:
+    report = add("report", cmd_report, "fleet report: ETTR, GPU-hours lost by cause, lemons")
+    report.add_argument("--since", default="7d", help="30m, 24h, 7d or an ISO time (7d)")
+    report.add_argument("--json", action="store_true")
+
     runs = add("runs", cmd_runs, "runbook history with state and outcome, newest first")
     runs.add_argument("--job", help="only runs about this job id")
     runs.add_argument("--node", help="only runs whose request names this node")

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     webhook_url: SecretStr | None = None
     notify_block: str = Field(default="trainmedic-oncall", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
 
+    # A node drained lemon_drains times within lemon_window_days is a lemon: restore refuses it
+    # without --force (the server keeps a week of actions, hence the window's limit).
+    lemon_drains: int = Field(default=3, ge=2, le=100)
+    lemon_window_days: float = Field(default=7.0, gt=0, le=7.0)
+
     # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
     breaker_limit: int = Field(default=20, ge=1, le=100_000)
     breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)

@@ -49,6 +49,7 @@ __all__ = [
     "circuit_breaker",
     "counted_actions",
     "decide_isolation",
+    "drains_of",
     "isolation_policy",
     "recent_drains",
 ]
@@ -232,3 +233,15 @@ def isolation_policy(settings: Settings) -> IsolationPolicy:
 
 def circuit_breaker(settings: Settings) -> CircuitBreaker:
     return CircuitBreaker(limit=settings.breaker_limit, window_s=settings.breaker_window_s)
+
+
+def drains_of(
+    entries: Iterable[ActionEntry], node: str, now: datetime, window: timedelta
+) -> list[ActionEntry]:
+    """trainmedic's drains of ``node`` within ``window`` before ``now``, oldest first: a node
+    drained again and again is a lemon, whatever each drain's diagnosis was."""
+    since = now - window
+    return sorted(
+        (e for e in entries if e.kind is ActionKind.drain and e.target == node and e.at >= since),
+        key=lambda e: e.at,
+    )
