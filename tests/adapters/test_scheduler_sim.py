@@ -106,3 +106,39 @@ def test_held_nodes_take_no_job_until_released(sim) -> None:
     assert not scheduler.release("trainmedic-locate-t1")  # idempotent
     assert scheduler.job(waiting.job_id).state is JobState.RUNNING
     assert not set(scheduler.job(waiting.job_id).nodes) & set(running.nodes)
+
+
+def test_a_bad_batch_injected_into_a_running_job_takes_effect(sim) -> None:
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="poison", nodes=1, steps=100_000))
+    wait_step(job, 10)
+    scheduler.inject_job_fault(job.job_id, "nan", batch=25)
+    wait_step(job, 30)
+    rows = Path(job.checkpoint_dir).parent.parent / "jobs" / job.job_id / "loss.csv"
+    losses = {int(r.split(",")[1]): r.split(",")[2] for r in rows.read_text().split()}
+    assert losses[24] != "nan" and losses[25] == "nan" and losses[29] == "nan"
+
+
+def test_a_recreated_cluster_starts_clean(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`sim create` again: the earlier cluster's jobs (stopped), checkpoints, data faults and
+    this home's diagnosis ledger and intake record are gone: job ids start again at 1001."""
+    from trainmedic.cli.main import main
+    from trainmedic.core.settings import get_settings
+
+    settings = get_settings()
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="old", nodes=1, steps=100_000, checkpoint_every=5))
+    wait_step(job, 12)
+    scheduler.inject_job_fault(job.job_id, "spike", batch=500)
+    (settings.home / "diagnoses.json").write_text('{"1001": "ECCError"}')
+    assert main(["sim", "create", "--nodes", "4"]) == 0
+    assert scheduler.jobs() == []
+    assert not (settings.sim_home / "checkpoints").exists()
+    assert not (settings.sim_home / "data").exists()
+    assert not (settings.home / "diagnoses.json").exists()
+    assert scheduler.submit(JobSpec(name="new", nodes=1)).job_id == "1001"
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["sim", "job-fault", "--help"])
+    helptext = capsys.readouterr().out
+    assert all(kind in helptext for kind in ("hang", "script", "spike", "nan"))

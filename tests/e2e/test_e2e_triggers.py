@@ -105,10 +105,20 @@ def wait_runbooks_idle(timeout: float = 180) -> None:
     )
 
     def idle() -> bool:
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
         with get_client(sync_client=True) as client:
             flows = {f.id: f.name for f in client.read_flows()}
             runs = client.read_flow_runs(flow_run_filter=busy)
-        return not [r for r in runs if flows.get(r.flow_id) != "watchdog"]
+        # Scheduled deployments' runs due later (fleet report, watchdog) are not work.
+        due = [
+            r
+            for r in runs
+            if not (r.state and r.state.is_scheduled())
+            or (r.expected_start_time is not None and r.expected_start_time <= now)
+        ]
+        return not [r for r in due if flows.get(r.flow_id) != "watchdog"]
 
     wait_until(idle, timeout, "every runbook finished", interval=1)
 
@@ -292,3 +302,34 @@ def test_runbook_commands_exit_by_what_the_run_did(stack, capsys) -> None:
     scheduler.admin_drain(idle, "fan replacement")
     assert main(["restore", idle]) == 4  # refused: not trainmedic's drain
     assert {n.name: n.state for n in scheduler.nodes()}[idle] is NodeState.DRAINED
+
+
+def test_save_and_stop_and_cancel_from_the_cli(stack) -> None:
+    """A planned stop saves a checkpoint on request before stopping (nothing lost); a
+    runbook run not wanted any more is cancelled by name, with who and why."""
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from trainmedic.cli.main import main
+
+    settings, _ = stack
+    scheduler, job = run_job(settings, "planned", nodes=1)
+    wait_step(job, 25)
+    assert main(["save-and-stop", job.job_id, "--reason", "maintenance", "--json"]) == 0
+    assert scheduler.job(job.job_id).state is JobState.CANCELLED
+    newest, _ = checkpoints.newest_valid_in(
+        Path(job.checkpoint_dir), run_id=job.spec.run_id, deep=False
+    )
+    assert newest is not None and newest.step > 25
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    run = run_deployment(
+        "watchdog/watchdog", parameters={"request": {}}, scheduled_time=later, timeout=0
+    )
+    assert main(["cancel", run.name, "--reason", "not needed", "--by", "dana"]) == 0
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run.id).state
+    assert state.name in ("Cancelling", "Cancelled") and "dana: not needed" in state.message
+    assert main(["cancel", "no-such-run"]) == 2

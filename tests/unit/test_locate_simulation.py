@@ -21,7 +21,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "locate.py"
 
 
 def test_simulated_nodes() -> None:
-    assert simulated_nodes(3) == ["node0001", "node0002", "node0003"]
+    assert simulated_nodes(3) == ["node001", "node002", "node003"]
     assert simulated_nodes(12345)[-1] == "node12345"
     with pytest.raises(InputError) as err:
         simulated_nodes(0)

@@ -4,6 +4,7 @@ they run on the worker and show in the UI; the command follows the run to its en
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 import time
 
@@ -17,6 +18,7 @@ from trainmedic.cli.common import (
     ui_link,
     with_prefect,
 )
+from trainmedic.core.errors import InputError
 
 
 def _wait_for_run(flow_run_id: object, *, quiet: bool) -> object:
@@ -134,7 +136,70 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return run_runbook("restore-node/restore-node", request, as_json=args.json)
 
 
+def cmd_save_and_stop(args: argparse.Namespace) -> int:
+    known_job(args.job_id)
+    with_prefect()
+    from flows.save_and_stop import SaveAndStopRequest
+
+    request = SaveAndStopRequest(job_id=args.job_id, reason=args.reason, dry_run=args.dry_run)
+    return run_runbook("save-and-stop/save-and-stop", request, as_json=args.json)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a runbook run that is scheduled, running or paused (Prefect's own cancellation:
+    the worker stops it; what it already did stays done and is in its report)."""
+    with_prefect()
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled, Cancelling
+
+    from trainmedic.cli.approvals import find_run
+
+    with get_client(sync_client=True) as client:
+        run = find_run(client, args.run)
+        state = run.state
+        if state is None or state.is_final():
+            raise InputError(
+                "run", args.run, f"is {state.name if state else '?'}: it is not in flight"
+            )
+        message = f"cancelled by {args.by or getpass.getuser()}: {args.reason or 'no reason given'}"
+        # Nothing runs a scheduled or paused run's code: it ends now. A running one is
+        # Cancelling: its worker stops the process, then marks it Cancelled.
+        waiting = state.is_scheduled() or state.is_paused()
+        new = Cancelled(message=message) if waiting else Cancelling(message=message)
+        client.set_flow_run_state(run.id, new, force=True)
+    summary = {
+        "flow_run_id": str(run.id),
+        "name": run.name,
+        "was": state.name,
+        "now": new.name,
+        "message": message,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"{run.name}: {state.name} -> {new.name} ({message})")
+    return 0
+
+
 def register(add: AddCommand) -> None:
+    stop = add(
+        "save-and-stop",
+        cmd_save_and_stop,
+        "planned stop: the job saves a checkpoint now, then stops (nothing lost)",
+    )
+    stop.add_argument("job_id")
+    stop.add_argument("--reason", default="planned stop")
+    stop.add_argument("--dry-run", action="store_true")
+    stop.add_argument("--json", action="store_true")
+
+    cancel = add(
+        "cancel", cmd_cancel, "cancel a runbook run in flight (scheduled, running, paused)"
+    )
+    cancel.add_argument("run", help="flow run id or name")
+    cancel.add_argument("--reason", default="", help="why (recorded in the run's state)")
+    cancel.add_argument("--by", default=None, help="who (default: this user)")
+    cancel.add_argument("--json", action="store_true")
+
     triage = add("triage", cmd_triage, "run the triage runbook on a failed job")
     triage.add_argument("job_id")
     triage.add_argument("--dry-run", action="store_true", help="diagnose and plan only")

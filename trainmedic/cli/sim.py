@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from trainmedic.adapters.scheduler.sim import DATA_FAULTS, JOB_FAULTS
 from trainmedic.cli.common import AddCommand, print_json
 from trainmedic.core.settings import get_settings
 
@@ -16,10 +17,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     settings = get_settings()
     cluster = SimCluster(settings.sim_home)
     if args.sim_command == "create":
+        # A clean start: the old cluster's jobs, checkpoints, data faults, and this home's
+        # diagnosis ledger and intake record (about job ids that start again) are gone.
+        SimScheduler(settings.sim_home).reset()
+        for record in ("diagnoses.json", "intake.json"):
+            (settings.home / record).unlink(missing_ok=True)
         hosts = cluster.create(
             args.nodes, gpus_per_node=args.gpus_per_node, inventory_dir=settings.inventory
         )
-        (settings.sim_home / "scheduler.json").unlink(missing_ok=True)
         print(f"created {args.nodes} simulated nodes; inventory {hosts}")
         return 0
     if args.sim_command == "inject":
@@ -78,5 +83,5 @@ def register(add: AddCommand) -> None:
     submit.add_argument("--json", action="store_true")
     fault = sim_sub.add_parser("job-fault", help="make a job hang/crash, or poison a batch")
     fault.add_argument("job_id")
-    fault.add_argument("kind")
-    fault.add_argument("--batch", type=int)
+    fault.add_argument("kind", choices=JOB_FAULTS + DATA_FAULTS, help="%(choices)s")
+    fault.add_argument("--batch", type=int, help="the data batch a spike/nan poisons")

@@ -38,10 +38,11 @@ NOMINAL_GBPS = 190.0
 
 
 def simulated_nodes(count: int, prefix: str = "node") -> list[str]:
-    """``node0001`` .. ``nodeNNNN`` (at least four digits), for ``--simulate N``."""
+    """``node001`` .. ``nodeNNN`` (at least three digits, as ``sim create`` names them), for
+    ``--simulate N``."""
     if count < 1:
         raise InputError("simulate", count, "needs at least one node")
-    width = max(4, len(str(count)))
+    width = max(3, len(str(count)))
     return check_nodes(f"{prefix}{i:0{width}d}" for i in range(1, count + 1))
 
 

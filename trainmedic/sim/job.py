@@ -134,9 +134,10 @@ class Trainer:
                 return self.finish("FAILED", 1, "checkpoint load failed")
             start_step, batch = loaded
         skip = self.spec.skip_batches
-        spike = self.data_fault()
         poisoned_from: int | None = None
         for step in range(start_step + 1, self.spec.steps + 1):
+            # Read every step: a bad batch injected into a running job takes effect.
+            spike = self.data_fault()
             batch += 1
             if skip and skip[0] <= batch <= skip[1]:
                 self.out(0).write(

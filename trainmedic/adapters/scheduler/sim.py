@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -350,6 +351,18 @@ class SimScheduler(Scheduler):
             if fail:
                 state["failed"] = sorted({*state.get("failed", []), node})
             self._save(state)
+
+    def reset(self) -> None:
+        """A new simulated cluster, a new scheduler: its running jobs are stopped and its jobs,
+        checkpoints and data faults removed, so nothing of an earlier cluster (job ids start
+        again at 1001) leaks into the new one."""
+        if self.state_path.exists():
+            for job in self.jobs():
+                if not job.state.finished:
+                    self.cancel(job.job_id, "simulated cluster recreated")
+        for part in ("jobs", "checkpoints", "data"):
+            shutil.rmtree(self.home / part, ignore_errors=True)
+        self.state_path.unlink(missing_ok=True)
 
     def inject_job_fault(self, job_id: str, kind: str, *, batch: int | None = None) -> None:
         """Make a running job misbehave (hang, script bug...) or poison a data batch."""
