@@ -11,6 +11,11 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 slurm_env=$(mktemp)
 pg_env=$(mktemp)
+# This run's own pytest temp root: pytest keeps a user's 3 newest runs under one root and
+# deletes older ones, so another pytest of the same user (a developer's, a second CI) would
+# delete this run's live directories.
+export PYTEST_DEBUG_TEMPROOT
+PYTEST_DEBUG_TEMPROOT=$(mktemp -d)
 pg_started=0
 logs="${TMPDIR:-/tmp}"
 cleanup() {
@@ -18,6 +23,7 @@ cleanup() {
     # Only a server this run started: one a developer had running stays up.
     if [[ $pg_started == 1 ]]; then bash scripts/postgres.sh down >/dev/null 2>&1 || true; fi
     rm -f "$slurm_env" "$pg_env"
+    rm -rf "$PYTEST_DEBUG_TEMPROOT"
 }
 trap cleanup EXIT
 can_install=0
