@@ -21,6 +21,7 @@ from flows.tasks import (
     request_checkpoint,
     restart_from,
     stop_job,
+    tell_human,
     wait_for_checkpoint,
 )
 from flows.watchdog import rank0_log_tail
@@ -45,6 +46,7 @@ class SlowOutcome(BaseModel):
     new_job_id: str | None = None
     report: str = ""
     not_handled: str | None = None
+    human_needed: str | None = None
 
 
 def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
@@ -106,6 +108,22 @@ def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
     checkpoint = saved or before
     new_job, restarted = restart_from(job, checkpoint, exclude=exclude, changes={}, dry_run=dry_run)
     actions.extend(restarted)
+    human_needed = None
+    if not located.faulty and not located.slow and not dry_run:
+        # Slow, yet no node shows it in a pair test: storage, data, the code? A human looks
+        # before the next slowdown stops the job again.
+        human_needed = f"{found.describe()}, but the pair test found no slow node"
+        actions.append(
+            tell_human(
+                "page",
+                job_id=job.job_id,
+                category="fail-slow",
+                summary=f"job {job.job_id} fails slow and no node was found: {human_needed}",
+                evidence="; ".join(hot) or "no hot GPU reported",
+                answer=f"`trainmedic runs --job {job.job_id}`; the job was resubmitted as "
+                f"{new_job.job_id if new_job else 'nothing'}",
+            )
+        )
     report = fail_slow_report(
         job=job,
         slowdown=found,
@@ -122,4 +140,5 @@ def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
         checkpoint_step=checkpoint.step if checkpoint else None,
         new_job_id=new_job.job_id if new_job else None,
         report=report,
+        human_needed=human_needed,
     )

@@ -232,6 +232,7 @@ def _fail_slow(job: JobInfo, request: TriageRequest) -> TriageResult:
         report_key=key,
         report_id=str(report_id),
         not_handled=outcome.not_handled,
+        human_needed=outcome.human_needed,
     )
 
 
