@@ -333,3 +333,33 @@ def test_save_and_stop_and_cancel_from_the_cli(stack) -> None:
         state = client.read_flow_run(run.id).state
     assert state.name in ("Cancelling", "Cancelled") and "dana: not needed" in state.message
     assert main(["cancel", "no-such-run"]) == 2
+
+
+def test_an_owner_notice_from_a_real_triage_reaches_the_receiver(stack) -> None:
+    """On-call's receiver behind `trainmedic notify`: a script error's triage, started by
+    its trigger, tells the owner through the automation, with what to do."""
+    from prefect.automations import Automation
+    from support.receiver import Receiver, receiving
+
+    from trainmedic.adapters.notifications import AUTOMATION_NAME, PAGE_AUTOMATION_NAME, install
+
+    settings, embedded = stack
+    with receiving() as url:
+        install(block_name="oncall", webhook_url=url)
+        try:
+            scheduler, job = run_job(settings, "owned", nodes=1)
+            wait_step(job, 5)
+            scheduler.inject_job_fault(job.job_id, "script")
+            failed = wait_finished(scheduler, job.job_id)
+            event = JobEvent(kind="job.failed", job_id=failed.job_id, exit_code=1)
+            emit(event, api_url=embedded.api_url)
+
+            def told() -> list[dict]:
+                return [p for p in Receiver.posts if "owner.notify" in p["subject"]]
+
+            (notice,) = wait_until(told, 120, "the owner's notice at the receiver", interval=1)
+        finally:
+            for name in (AUTOMATION_NAME, PAGE_AUTOMATION_NAME):
+                Automation.read(name=name).delete()
+    assert notice["subject"] == f"trainmedic owner.notify: job {failed.job_id} ScriptError"
+    assert "KeyError" in notice["text"] and "fix the script" in notice["text"]

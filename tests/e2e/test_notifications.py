@@ -3,35 +3,21 @@ a real server's automation service posts to a real HTTP receiver on 127.0.0.1.""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import ClassVar
+from http.server import HTTPServer
 
 import pytest
 from prefect import flow, tags
 from support.ports import free_port
+from support.receiver import Receiver
 from support.stack import server_only
 
 from trainmedic.core.settings import Settings
 from trainmedic.stack import Stack
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-
-
-class Receiver(BaseHTTPRequestHandler):
-    posts: ClassVar[list[dict]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        Receiver.posts.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
