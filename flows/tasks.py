@@ -53,7 +53,9 @@ def job_lock(job_id: str, timeout_s: float = JOB_LOCK_WAIT_S) -> Iterator[None]:
     replay) start two flow runs; the second waits here for the first, then finds the job
     already resubmitted and does nothing twice.
     """
-    with server_mutex(f"remediate-job-{job_id}", timeout_s, LOCK_LEASE_S):
+    # Per cluster: clusters sharing one Prefect server reuse job ids (Slurm's count from 1).
+    name = f"remediate-{get_settings().cluster}-job-{job_id}"
+    with server_mutex(name, timeout_s, LOCK_LEASE_S):
         yield
 
 

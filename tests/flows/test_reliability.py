@@ -158,3 +158,22 @@ def test_intake_outlives_a_server_outage_and_reports_each_failure_once(
         assert [e["event"] for e in events()] == ["trainmedic.job.failed"]
     finally:
         own_server.intake.stop()
+
+
+@pytest.mark.server
+def test_two_clusters_on_one_server_lock_their_own_job_ids(
+    prefect_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job ids repeat across clusters (Slurm counts from 1 on each): cluster b's job 1001
+    is not held up by cluster a's remediation of its own job 1001."""
+    from flows.tasks import job_lock
+
+    monkeypatch.setenv("TRAINMEDIC_CLUSTER", "cluster-a")
+    get_settings.cache_clear()
+    with job_lock("1001"):
+        monkeypatch.setenv("TRAINMEDIC_CLUSTER", "cluster-b")
+        get_settings.cache_clear()
+        started = time.monotonic()
+        with job_lock("1001", timeout_s=10):
+            assert time.monotonic() - started < 10
+    get_settings.cache_clear()
