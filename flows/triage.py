@@ -8,7 +8,7 @@ load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -51,10 +51,14 @@ from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.admission import Admission
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.corrections import apply_corrections
+from trainmedic.decisions.preflight import kernel_line_time
 from trainmedic.decisions.remediation import Plan, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose, site_catalogue
 from trainmedic.reports.triage import triage_report
 from trainmedic.state import Ledgers
+
+# The nodes' clocks and the scheduler's differ by a little; a line this close is fresh.
+KERNEL_CLOCK_SLACK = timedelta(seconds=60)
 
 
 class TriageRequest(BaseModel):
@@ -105,7 +109,14 @@ def classify_failure(
     if diagnostics is not None:
         for host, facts in diagnostics.facts.items():
             found = facts.get("trainmedic_diagnostics") or {}
-            lines = [*found.get("xid_lines", []), *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
+            # Kernel lines from before the job started are history (a node repaired since
+            # keeps its old Xid lines until it reboots): never a cause of this failure.
+            fresh = [
+                line
+                for line in found.get("xid_lines", [])  # type: ignore[union-attr]
+                if not is_before(str(line), job.submitted_at - KERNEL_CLOCK_SLACK)
+            ]
+            lines = [*fresh, *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
             if lines:
                 sources.append(LogSource.from_lines(f"{host}:kernel", lines, host=host))
     diagnosis = diagnose(
@@ -127,6 +138,13 @@ def classify_failure(
         diagnosis.confidence,
     )
     return diagnosis
+
+
+def is_before(line: str, moment: datetime) -> bool:
+    """A kernel line whose time (``dmesg -T`` or ISO) is before ``moment``; a line without
+    a readable time is kept (it cannot be shown to be old)."""
+    at = kernel_line_time(line)
+    return at is not None and at < moment
 
 
 def _roll_back(
