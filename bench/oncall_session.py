@@ -37,7 +37,8 @@ def say(text: str) -> None:
 
 
 def run(env: dict[str, str], *argv: str, show: bool = True) -> str:
-    say("$ trainmedic " + " ".join(argv))
+    if show:
+        say("$ trainmedic " + " ".join(argv))
     done = subprocess.run(
         [CLI, *argv], env=env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -116,7 +117,14 @@ def main() -> int:
             run_name = re.search(r"trainmedic approve ([\w-]+)", page["text"])[1]  # type: ignore[index]
             run(env, "status")
             run(env, "approve", run_name, "--reason", "Xid 79 in the kernel log", "--by", "oncall")
+
+            def finished() -> bool:
+                rows = json.loads(run(env, "runs", "--job", job["job_id"], "--json", show=False))
+                return bool(rows) and rows[0]["state"] in ("Completed", "Failed")
+
+            wait(finished, 300, "the triage run to finish")
             run(env, "runs", "--job", job["job_id"])
+            run(env, "status")
             others = [p["subject"] for p in Receiver.posts if p is not page]
             say(f"other messages at the receiver: {others or 'none'}")
         finally:
