@@ -24,14 +24,13 @@ from flows.tasks import (
     tell_human,
     wait_for_checkpoint,
 )
-from flows.watchdog import rank0_log_tail
+from flows.watchdog import job_slowdown
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import ActionRecord, Checkpoint, JobInfo, JobState
 from trainmedic.core.settings import get_settings
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.attempts import exclusions
-from trainmedic.decisions.training import parse_step_times, slowdown
 from trainmedic.diagnosis.engine import HOT_GPU_C
 from trainmedic.reports.recovery import fail_slow_report
 
@@ -54,12 +53,7 @@ def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
     logger = get_run_logger()
     if job.state is not JobState.RUNNING:
         return SlowOutcome(not_handled=f"job {job.job_id} is {job.state}, no longer training")
-    found = slowdown(
-        parse_step_times(rank0_log_tail(job)),
-        factor=settings.slow_step_factor,
-        recent=settings.slow_recent_steps,
-        min_duration_s=settings.slow_min_s,
-    )
+    found = job_slowdown(job)
     if found is None:
         return SlowOutcome(not_handled=f"job {job.job_id} is back to its usual step time")
     logger.warning("job %s fails slow: %s", job.job_id, found.describe())

@@ -119,21 +119,26 @@ def rank0_log_tail(job: JobInfo) -> list[str]:
     return lines[1:] if size > LOG_TAIL_BYTES else lines  # the first may be cut
 
 
+def job_slowdown(job: JobInfo) -> Slowdown | None:
+    """The job's slowdown against its own history, by the installation's settings."""
+    settings = get_settings()
+    return slowdown(
+        parse_step_times(rank0_log_tail(job)),
+        factor=settings.slow_step_factor,
+        recent=settings.slow_recent_steps,
+        min_duration_s=settings.slow_min_s,
+    )
+
+
 @task(name="find-slow-jobs", cache_policy=NO_CACHE)
 def find_slow_jobs(hung: list[str]) -> list[SlowFinding]:
     from trainmedic.diagnosis.engine import HOT_GPU_C
 
-    settings = get_settings()
     findings = []
     for job in get_scheduler().jobs():
         if job.state is not JobState.RUNNING or job.job_id in hung:
             continue
-        found = slowdown(
-            parse_step_times(rank0_log_tail(job)),
-            factor=settings.slow_step_factor,
-            recent=settings.slow_recent_steps,
-            min_duration_s=settings.slow_min_s,
-        )
+        found = job_slowdown(job)
         if found is None:
             continue
         hot = [
