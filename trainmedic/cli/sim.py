@@ -32,7 +32,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"{status.name}: {status.fault} (GPU {status.gpu})")
         return 0
     if args.sim_command == "repair":
-        print(f"{cluster.repair(args.node).name}: healthy")
+        repaired = cluster.repair(args.node, reboot=not args.gpu_reset)
+        print(f"{repaired.name}: healthy ({'GPU reset' if args.gpu_reset else 'rebooted'})")
         return 0
     scheduler = SimScheduler(settings.sim_home)
     if args.sim_command == "submit":
@@ -73,6 +74,11 @@ def register(add: AddCommand) -> None:
     inject.add_argument("--gpu", type=int, default=0)
     repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
     repair.add_argument("node")
+    repair.add_argument(
+        "--gpu-reset",
+        action="store_true",
+        help="reset its GPUs instead of rebooting: the kernel log keeps the old Xid lines",
+    )
     status = sim_sub.add_parser("status", help="nodes with fault and scheduler state")
     status.add_argument("--json", action="store_true")
     submit = sim_sub.add_parser("submit", help="submit a simulated training job")

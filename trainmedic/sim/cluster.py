@@ -1,5 +1,13 @@
 """Simulated GPU nodes: their fault state, kernel log and command wrappers, and the Ansible
-inventory that reaches them."""
+inventory that reaches them.
+
+As on a real node, the kernel log is a ring buffer that lives until the node reboots
+(``kern.log``: one record a line, the time it was logged and the message; ``dmesg`` prints
+it in the format asked for), and the GPUs' error counters (``hardware.json``, read by the
+simulated nvidia-smi and DCGM exporter) are not wound back by a repair: the aggregate ECC
+count lives in the GPU's InfoROM and the NVLink error counters keep counting; only the
+volatile ECC count starts again when the driver reloads (a reboot or a GPU reset), and DCGM
+forgets the last Xid when it restarts with the node."""
 
 from __future__ import annotations
 
@@ -8,7 +16,6 @@ import shutil
 import stat
 import sys
 import time
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -26,6 +33,9 @@ COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi")
 
 # A file in a node's directory: its kernel log is refused to an unprivileged reader.
 KERNEL_LOG_RESTRICTED = "dmesg_restrict"
+KERNEL_LOG = "kern.log"
+HARDWARE = "hardware.json"
+DRIVER = "550.127.05"
 
 
 class NodeFault(StrEnum):
@@ -72,6 +82,33 @@ def xid_lines(fault: NodeFault, gpu: int, pid: int = 0) -> list[str]:
     return []
 
 
+class GpuCounters(BaseModel):
+    """One GPU's error counters as NVML/DCGM report them."""
+
+    ecc_dbe_volatile: int = 0  # since the driver was loaded (nvidia-smi's "volatile")
+    ecc_dbe_aggregate: int = 0  # the GPU's lifetime (InfoROM): survives resets and reboots
+    nvlink_crc_flit: int = 0  # NVLink flow-control CRC errors: keep counting
+    xid_last: int = 0  # DCGM's last Xid; forgotten when DCGM restarts (a reboot)
+
+
+class Hardware(BaseModel):
+    """A node's boot time and its GPUs' counters."""
+
+    booted: float = Field(default_factory=time.time)
+    gpus: list[GpuCounters] = Field(default_factory=list)
+
+    def gpu(self, index: int) -> GpuCounters:
+        while len(self.gpus) <= index:
+            self.gpus.append(GpuCounters())
+        return self.gpus[index]
+
+
+# What each fault adds to the faulty GPU's counters, and the Xid DCGM reports for it.
+XID_OF = {NodeFault.xid79: 79, NodeFault.ecc: 48, NodeFault.nvlink: 74, NodeFault.overheat: 62}
+ECC_PER_FAULT = 2
+NVLINK_CRC_PER_FAULT = 1843
+
+
 class SimCluster:
     """The simulated cluster under ``home`` (normally ``<TRAINMEDIC_HOME>/sim``)."""
 
@@ -111,8 +148,8 @@ class SimCluster:
         node_dir = self.nodes_dir / name
         bin_dir = node_dir / "bin"
         bin_dir.mkdir(parents=True)
-        (node_dir / "kern.log").touch()
         write_json_atomic(node_dir / "state.json", NodeStatus(name=name).model_dump())
+        boot(node_dir, time.time())
         for command in COMMANDS:
             wrapper = bin_dir / command
             # The wrapper stands where the real binary would; the argument vector is passed
@@ -168,8 +205,12 @@ class SimCluster:
     def statuses(self) -> list[NodeStatus]:
         return [self.status(n) for n in self.names()]
 
-    def inject(self, name: str, fault: NodeFault | str, *, gpu: int = 0) -> NodeStatus:
-        """Put a node into a fault state, as the hardware would, and log what the driver logs."""
+    def inject(
+        self, name: str, fault: NodeFault | str, *, gpu: int = 0, at: float | None = None
+    ) -> NodeStatus:
+        """Put a node into a fault state, as the hardware would: the driver logs its Xid
+        lines, the GPU's error counters count. ``at``: when it happened (default now; an
+        earlier time is history, e.g. a fault of last week, and the node was up by then)."""
         try:
             fault = NodeFault(fault)
         except ValueError as exc:
@@ -178,9 +219,20 @@ class SimCluster:
         if not 0 <= gpu < self.gpus_per_node:
             raise InputError("gpu", gpu, f"node has GPUs 0..{self.gpus_per_node - 1}")
         node_dir = self.nodes_dir / self.check_node(name)
-        status = NodeStatus(name=name, fault=fault, gpu=gpu)
+        at = time.time() if at is None else at
+        status = NodeStatus(name=name, fault=fault, gpu=gpu, since=at)
         write_json_atomic(node_dir / "state.json", status.model_dump())
-        append_kernel_log(node_dir, xid_lines(fault, gpu, pid=os.getpid()))
+        hardware = read_hardware(node_dir)
+        hardware.booted = min(hardware.booted, at - 60)
+        counters = hardware.gpu(gpu)
+        if fault is NodeFault.ecc:
+            counters.ecc_dbe_volatile += ECC_PER_FAULT
+            counters.ecc_dbe_aggregate += ECC_PER_FAULT
+        if fault is NodeFault.nvlink:
+            counters.nvlink_crc_flit += NVLINK_CRC_PER_FAULT
+        counters.xid_last = XID_OF.get(fault, counters.xid_last)
+        write_json_atomic(node_dir / HARDWARE, hardware.model_dump())
+        append_kernel_log(node_dir, xid_lines(fault, gpu, pid=os.getpid()), at=at)
         return status
 
     def restrict_kernel_log(self, name: str, restricted: bool = True) -> None:
@@ -192,12 +244,26 @@ class SimCluster:
         else:
             flag.unlink(missing_ok=True)
 
-    def repair(self, name: str) -> NodeStatus:
-        """What the hardware team does: swap the part; the node comes back healthy."""
+    def repair(self, name: str, *, reboot: bool = True, at: float | None = None) -> NodeStatus:
+        """What the hardware team does; the node comes back healthy. ``reboot``: the node is
+        rebooted (its kernel ring buffer starts empty, DCGM forgets the last Xid); else only
+        its GPUs are reset (``nvidia-smi -r``, what a row remap asks for): the kernel log
+        keeps the old Xid lines. Either way the volatile ECC count starts again and the
+        lifetime counters (aggregate ECC, NVLink errors) keep their counts."""
         node_dir = self.nodes_dir / self.check_node(name)
-        status = NodeStatus(name=name)
+        at = time.time() if at is None else at
+        old = node_status(node_dir)
+        status = NodeStatus(name=name, since=at)
         write_json_atomic(node_dir / "state.json", status.model_dump())
-        append_kernel_log(node_dir, ["NVRM: loading NVIDIA UNIX x86_64 Kernel Module (repaired)"])
+        hardware = read_hardware(node_dir)
+        for counters in hardware.gpus:
+            counters.ecc_dbe_volatile = 0
+        write_json_atomic(node_dir / HARDWARE, hardware.model_dump())
+        if reboot:
+            boot(node_dir, at)
+        else:
+            bus = pci_bus_id(old.gpu)
+            append_kernel_log(node_dir, [f"NVRM: GPU at {bus} has been reset."], at=at)
         return status
 
 
@@ -208,10 +274,53 @@ def node_status(node_dir: Path) -> NodeStatus:
     return NodeStatus.model_validate(data)
 
 
-def append_kernel_log(node_dir: Path, lines: list[str]) -> None:
+def read_hardware(node_dir: Path) -> Hardware:
+    data = read_json(node_dir / HARDWARE)
+    return Hardware() if data is None else Hardware.model_validate(data)
+
+
+def boot(node_dir: Path, at: float) -> None:
+    """The node (re)boots at ``at``: an empty ring buffer with the boot lines, DCGM restarted,
+    the driver loaded (volatile ECC counts start again); lifetime counters are kept."""
+    hardware = read_hardware(node_dir)
+    hardware.booted = at
+    for counters in hardware.gpus:
+        counters.ecc_dbe_volatile = 0
+        counters.xid_last = 0
+    write_json_atomic(node_dir / HARDWARE, hardware.model_dump())
+    (node_dir / KERNEL_LOG).write_text("")
+    append_kernel_log(
+        node_dir,
+        [
+            "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP",
+            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {DRIVER}",
+        ],
+        at=at,
+    )
+
+
+def append_kernel_log(node_dir: Path, lines: list[str], *, at: float | None = None) -> None:
+    """Log kernel lines at ``at`` (default now): one ``<epoch seconds> <message>`` record a
+    line, as the ring buffer keeps a time with each message."""
     if not lines:
         return
-    stamp = datetime.now(UTC).strftime("%a %b %d %H:%M:%S %Y")
-    with (node_dir / "kern.log").open("a") as handle:
+    stamp = time.time() if at is None else at
+    with (node_dir / KERNEL_LOG).open("a") as handle:
         for line in lines:
-            handle.write(f"[{stamp}] {line}\n")
+            handle.write(f"{stamp:.6f} {line}\n")
+
+
+def kernel_records(node_dir: Path) -> list[tuple[float, str]]:
+    """The ring buffer: (epoch seconds, message), oldest first."""
+    try:
+        text = (node_dir / KERNEL_LOG).read_text()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in text.splitlines():
+        stamp, _, message = line.partition(" ")
+        try:
+            records.append((float(stamp), message))
+        except ValueError:  # a ring buffer of an older simulator: the time is lost
+            records.append((0.0, line))
+    return records

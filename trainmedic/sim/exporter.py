@@ -1,6 +1,7 @@
 """Simulated DCGM exporter: ``/metrics`` in the Prometheus text format, one series per GPU,
 with the metric names and labels of NVIDIA's dcgm-exporter. A node that is down exports
-nothing, as a dead exporter would."""
+nothing, as a dead exporter would. The counters are the GPUs' own (``sim/cluster.py``): a
+repaired node still exports the errors of its past faults."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from trainmedic.sim.cluster import NodeFault, SimCluster, pci_bus_id
+from trainmedic.sim.cluster import NodeFault, SimCluster, pci_bus_id, read_hardware
 
-XID_OF = {NodeFault.xid79: 79, NodeFault.ecc: 48, NodeFault.nvlink: 74, NodeFault.overheat: 62}
 FAMILIES = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    (
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "counter",
+        "Total number of double-bit persistent ECC errors.",
+    ),
     (
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         "counter",
@@ -45,8 +50,11 @@ def render_metrics(cluster: SimCluster) -> str:
     for status in cluster.statuses():
         if status.fault is NodeFault.down:
             continue
-        utilization = _utilization(cluster.nodes_dir / status.name, now)
+        node_dir = cluster.nodes_dir / status.name
+        utilization = _utilization(node_dir, now)
+        hardware = read_hardware(node_dir)
         for gpu in range(gpus):
+            counters = hardware.gpu(gpu)
             faulty = gpu == status.gpu and status.fault is not NodeFault.healthy
             labels = (
                 f'gpu="{gpu}",UUID="GPU-{status.name}-{gpu}",pci_bus_id="{pci_bus_id(gpu)}",'
@@ -55,13 +63,10 @@ def render_metrics(cluster: SimCluster) -> str:
             hot = faulty and status.fault is NodeFault.overheat
             values = {
                 "DCGM_FI_DEV_GPU_TEMP": 96 if hot else 41 + gpu,
-                "DCGM_FI_DEV_XID_ERRORS": XID_OF.get(status.fault, 0) if faulty else 0,
-                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2
-                if faulty and status.fault is NodeFault.ecc
-                else 0,
-                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (
-                    1843 if faulty and status.fault is NodeFault.nvlink else 0
-                ),
+                "DCGM_FI_DEV_XID_ERRORS": counters.xid_last,
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": counters.ecc_dbe_volatile,
+                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": counters.ecc_dbe_aggregate,
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": counters.nvlink_crc_flit,
                 "DCGM_FI_DEV_GPU_UTIL": utilization,
             }
             for name, value in values.items():

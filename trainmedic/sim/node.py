@@ -12,15 +12,19 @@ import hashlib
 import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from trainmedic.core.settings import get_settings
 from trainmedic.sim.cluster import (
     KERNEL_LOG_RESTRICTED,
+    Hardware,
     NodeFault,
     NodeStatus,
+    kernel_records,
     node_status,
     pci_bus_id,
+    read_hardware,
 )
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -65,7 +69,8 @@ def nvidia_smi(node_dir: Path, argv: list[str]) -> int:
         )
         return LOST_GPU_RC
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
-    rows = [_gpu_row(status, gpu) for gpu in range(gpus)]
+    hardware = read_hardware(node_dir)
+    rows = [_gpu_row(status, hardware, gpu) for gpu in range(gpus)]
     if query is None:
         print(f"{'GPU':<4}{'Name':<24}{'Bus-Id':<18}{'Temp':>6}{'Uncorr. ECC':>13}")
         for row in rows:
@@ -84,7 +89,7 @@ def nvidia_smi(node_dir: Path, argv: list[str]) -> int:
     return 0
 
 
-def _gpu_row(status: NodeStatus, gpu: int) -> dict[str, object]:
+def _gpu_row(status: NodeStatus, hardware: Hardware, gpu: int) -> dict[str, object]:
     faulty = gpu == status.gpu
     hot = faulty and status.fault is NodeFault.overheat
     return {
@@ -93,9 +98,8 @@ def _gpu_row(status: NodeStatus, gpu: int) -> dict[str, object]:
         "pci.bus_id": pci_bus_id(gpu),
         "temperature.gpu": 96 if hot else 41 + gpu,
         "utilization.gpu": 0,
-        "ecc.errors.uncorrected.volatile.total": 2
-        if faulty and status.fault is NodeFault.ecc
-        else 0,
+        "ecc.errors.uncorrected.volatile.total": hardware.gpu(gpu).ecc_dbe_volatile,
+        "ecc.errors.uncorrected.aggregate.total": hardware.gpu(gpu).ecc_dbe_aggregate,
         "clocks_throttle_reasons.hw_thermal_slowdown": "Active" if hot else "Not Active",
     }
 
@@ -103,16 +107,59 @@ def _gpu_row(status: NodeStatus, gpu: int) -> dict[str, object]:
 # ----------------------------------------------------------------------------- dmesg
 
 
+DMESG_FORMATS = ("raw", "ctime", "iso", "notime")
+
+
 def dmesg(node_dir: Path, argv: list[str]) -> int:
+    """util-linux dmesg: seconds since boot by default, ``-T``/``--ctime`` local wall time,
+    ``--time-format iso`` ISO 8601 with the zone, ``-t``/``--notime`` none."""
     status = node_status(node_dir)
     if status.fault is NodeFault.down:
         return _unreachable(status)
+    style = _dmesg_style(argv)
+    if style is None:
+        return 1
     if (node_dir / KERNEL_LOG_RESTRICTED).exists():
         # kernel.dmesg_restrict=1 and no privilege: util-linux dmesg's own words and status.
         print("dmesg: read kernel buffer failed: Operation not permitted", file=sys.stderr)
         return 1
-    sys.stdout.write((node_dir / "kern.log").read_text())
+    booted = read_hardware(node_dir).booted
+    for at, message in kernel_records(node_dir):
+        print(_dmesg_line(style, at, booted, message))
     return 0
+
+
+def _dmesg_style(argv: list[str]) -> str | None:
+    style = "raw"
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-T", "--ctime"):
+            style = "ctime"
+        elif arg in ("-t", "--notime"):
+            style = "notime"
+        elif arg == "--time-format" or arg.startswith("--time-format="):
+            value = arg.split("=", 1)[1] if "=" in arg else next(args, "")
+            if value not in DMESG_FORMATS or value == "raw":
+                print(f"dmesg: unknown time format: {value}", file=sys.stderr)
+                return None
+            style = value
+        else:
+            print(f"dmesg: unrecognized option '{arg}'", file=sys.stderr)
+            print("Try 'dmesg --help' for more information.", file=sys.stderr)
+            return None
+    return style
+
+
+def _dmesg_line(style: str, at: float, booted: float, message: str) -> str:
+    local = datetime.fromtimestamp(at).astimezone()
+    if style == "ctime":
+        return f"[{local:%a %b} {local.day:2d} {local:%H:%M:%S %Y}] {message}"
+    if style == "iso":
+        zone = local.strftime("%z")
+        return f"{local:%Y-%m-%dT%H:%M:%S},{local.microsecond:06d}{zone[:3]}:{zone[3:]} {message}"
+    if style == "notime":
+        return message
+    return f"[{max(at - booted, 0.0):12.6f}] {message}"
 
 
 # ----------------------------------------------------------------------------- dcgmi
