@@ -87,3 +87,26 @@ def test_an_unreadable_kernel_log_is_reported_not_hidden(sim) -> None:
     assert "Operation not permitted" in refused["kernel_error"]
     read = result.facts["node001"]["trainmedic_diagnostics"]
     assert int(read["kernel_rc"]) == 0 and read["kernel_error"] == ""
+
+
+def test_kernel_lines_are_collected_with_their_iso_times(sim) -> None:
+    import re
+    import time
+    from datetime import datetime
+
+    cluster, _ = sim
+    last_week = time.time() - 7 * 24 * 3600
+    cluster.inject("node001", "ecc", at=last_week)
+    cluster.repair("node001", reboot=False, at=last_week + 60)  # the old lines stay
+    cluster.inject("node002", "nvlink")
+    result = run_playbook("collect_node_diagnostics.yml", ["node001", "node002"])
+    found = {h: f["trainmedic_diagnostics"]["xid_lines"] for h, f in result.facts.items()}
+    iso = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),\d{6}([+-]\d\d:\d\d) NVRM: Xid ")
+    times = {}
+    for host, lines in found.items():
+        assert lines and all(iso.match(line) for line in lines), lines
+        match = iso.match(lines[-1])
+        assert match is not None
+        times[host] = datetime.fromisoformat(match[1] + match[2]).timestamp()
+    assert abs(times["node001"] - last_week) < 2
+    assert abs(times["node002"] - time.time()) < 60
