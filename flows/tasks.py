@@ -22,7 +22,7 @@ from trainmedic.adapters import checkpoints
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ServerState, server_mutex
-from trainmedic.adapters.telemetry import fetch_gpu_telemetry
+from trainmedic.adapters.telemetry import fetch_gpu_telemetry, fetch_prometheus_telemetry
 from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
 from trainmedic.core.models import (
     ActionRecord,
@@ -39,6 +39,7 @@ from trainmedic.decisions.attempts import spec_changes_for
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
 from trainmedic.decisions.training import LossRecord, parse_loss_history
 from trainmedic.diagnosis import LlmConfig, llm_config_from_settings
+from trainmedic.diagnosis.freshness import telemetry_over_window
 from trainmedic.state import ActionEntry, ActionKind, DrainRecord
 
 JOB_LOCK_WAIT_S = 900
@@ -128,9 +129,19 @@ def collect_node_diagnostics(nodes: list[str], dry_run: bool) -> PlaybookResult:
     cache_policy=NO_CACHE,
     retry_condition_fn=_transient((TelemetryError,)),
 )
-def fetch_telemetry(nodes: list[str]) -> list[GpuTelemetry]:
-    """DCGM metrics of the job's nodes from the telemetry endpoint (empty when none is set)."""
+def fetch_telemetry(nodes: list[str], since: datetime | None = None) -> list[GpuTelemetry]:
+    """DCGM metrics of the job's nodes (empty when no endpoint is set). With ``since`` (the
+    job's start) and a Prometheus server, the counters are their increase since then; a
+    scrape's are lifetime totals (flagged so: never evidence)."""
     settings = get_settings()
+    if settings.telemetry_query_url is not None:
+        url, timeout_s = str(settings.telemetry_query_url), settings.http_timeout_s
+        now = fetch_prometheus_telemetry(url, nodes, datetime.now(UTC), timeout_s=timeout_s)
+        if since is None:
+            return now
+        return telemetry_over_window(
+            fetch_prometheus_telemetry(url, nodes, since, timeout_s=timeout_s), now
+        )
     if settings.telemetry_url is None:
         get_run_logger().info("no telemetry endpoint configured (TRAINMEDIC_TELEMETRY_URL)")
         return []

@@ -8,7 +8,7 @@ load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -51,14 +51,11 @@ from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.admission import Admission
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.corrections import apply_corrections
-from trainmedic.decisions.preflight import kernel_line_time
 from trainmedic.decisions.remediation import Plan, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose, site_catalogue
+from trainmedic.diagnosis.freshness import split_kernel_lines
 from trainmedic.reports.triage import triage_report
 from trainmedic.state import Ledgers
-
-# The nodes' clocks and the scheduler's differ by a little; a line this close is fresh.
-KERNEL_CLOCK_SLACK = timedelta(seconds=60)
 
 
 class TriageRequest(BaseModel):
@@ -110,13 +107,17 @@ def classify_failure(
         for host, facts in diagnostics.facts.items():
             found = facts.get("trainmedic_diagnostics") or {}
             # Kernel lines from before the job started are history (a node repaired since
-            # keeps its old Xid lines until it reboots): never a cause of this failure.
-            fresh = [
-                line
-                for line in found.get("xid_lines", [])  # type: ignore[union-attr]
-                if not is_before(str(line), job.submitted_at - KERNEL_CLOCK_SLACK)
-            ]
-            lines = [*fresh, *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
+            # keeps its old Xid lines until it reboots): context, never a cause.
+            xid_lines = found.get("xid_lines", [])  # type: ignore[union-attr]
+            kernel = split_kernel_lines(xid_lines, job.submitted_at)
+            if kernel.stale:
+                get_run_logger().info(
+                    "%s: %d kernel line(s) from before the job started, history not a cause: %s",
+                    host,
+                    len(kernel.stale),
+                    kernel.stale[-1][:200],
+                )
+            lines = [*kernel.fresh, *found.get("nvidia_smi", [])]  # type: ignore[union-attr]
             if lines:
                 sources.append(LogSource.from_lines(f"{host}:kernel", lines, host=host))
     diagnosis = diagnose(
@@ -138,13 +139,6 @@ def classify_failure(
         diagnosis.confidence,
     )
     return diagnosis
-
-
-def is_before(line: str, moment: datetime) -> bool:
-    """A kernel line whose time (``dmesg -T`` or ISO) is before ``moment``; a line without
-    a readable time is kept (it cannot be shown to be old)."""
-    at = kernel_line_time(line)
-    return at is not None and at < moment
 
 
 def _roll_back(
@@ -287,7 +281,8 @@ def _triage(request: TriageRequest) -> TriageResult:
 
     log_files = fetch_job_logs(job)
     diagnostics = collect_node_diagnostics(list(job.nodes), request.dry_run) if job.nodes else None
-    telemetry = fetch_telemetry(list(job.nodes))
+    # Counters as their increase since the job started: a lifetime total is history.
+    telemetry = fetch_telemetry(list(job.nodes), since=job.submitted_at)
     diagnosis = classify_failure(
         job,
         log_files,

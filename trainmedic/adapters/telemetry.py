@@ -1,22 +1,29 @@
-"""Read node telemetry: Prometheus text exposition with NVIDIA DCGM exporter metric names.
+"""Read node telemetry: NVIDIA DCGM exporter metric names, in the Prometheus text exposition
+(a dcgm-exporter ``/metrics`` endpoint, a Prometheus federation endpoint, the simulated
+cluster's exporter) or from a Prometheus server's HTTP API at a given time.
 
-Works against a dcgm-exporter ``/metrics`` endpoint, a Prometheus federation endpoint, or the
-simulated cluster's exporter. Only the families below are used; the rest is ignored.
+One scrape shows counters as lifetime totals (``GpuTelemetry.lifetime``): history, not
+evidence. A Prometheus server can say what they were when a job started
+(:func:`fetch_prometheus_telemetry` at that time), and ``diagnosis.freshness`` turns start
+and now into the increase over the job's window. Only the families below are used.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import httpx
 
+from trainmedic.core import validate
 from trainmedic.core.errors import TelemetryError
 from trainmedic.core.models import GpuTelemetry
 
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 XID = "DCGM_FI_DEV_XID_ERRORS"
-ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # since the driver loaded
+ECC_DBE_AGG = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"  # the GPU's lifetime: preferred when exported
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 NVLINK_ERRORS = (
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
@@ -49,12 +56,16 @@ def parse_prometheus_text(text: str) -> list[tuple[str, dict[str, str], float]]:
     return samples
 
 
+FAMILIES = (TEMP, XID, ECC_DBE, ECC_DBE_AGG, UTIL, *NVLINK_ERRORS)
+
+
 def gpu_telemetry_from_samples(
-    samples: Iterable[tuple[str, dict[str, str], float]],
+    samples: Iterable[tuple[str, dict[str, str], float]], *, lifetime: bool = True
 ) -> list[GpuTelemetry]:
+    """One reading per (host, GPU); ``lifetime``: the counters are totals of one moment."""
     per_gpu: dict[tuple[str, int], dict[str, float]] = {}
     for name, labels, value in samples:
-        if name not in (TEMP, XID, ECC_DBE, UTIL, *NVLINK_ERRORS):
+        if name not in FAMILIES:
             continue
         host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance", "")
         host = host.split(":")[0]
@@ -66,7 +77,8 @@ def gpu_telemetry_from_samples(
             key = {
                 TEMP: "temperature_c",
                 XID: "xid_last",
-                ECC_DBE: "ecc_dbe_total",
+                ECC_DBE: "ecc_dbe_volatile",
+                ECC_DBE_AGG: "ecc_dbe_aggregate",
                 UTIL: "gpu_utilization",
             }[name]
             fields[key] = value
@@ -76,9 +88,10 @@ def gpu_telemetry_from_samples(
             gpu=gpu,
             temperature_c=f.get("temperature_c"),
             xid_last=int(f.get("xid_last", 0)),
-            ecc_dbe_total=f.get("ecc_dbe_total", 0.0),
+            ecc_dbe_total=f.get("ecc_dbe_aggregate", f.get("ecc_dbe_volatile", 0.0)),
             nvlink_errors_total=f.get("nvlink_errors_total", 0.0),
             gpu_utilization=f.get("gpu_utilization"),
+            lifetime=lifetime,
         )
         for (host, gpu), f in sorted(per_gpu.items())
     ]
@@ -95,3 +108,41 @@ def fetch_gpu_telemetry(
     except httpx.HTTPError as exc:
         raise TelemetryError(f"telemetry {url}: {exc}") from exc
     return gpu_telemetry_from_samples(parse_prometheus_text(response.text))
+
+
+def fetch_prometheus_telemetry(
+    url: str,
+    hosts: Sequence[str],
+    at: datetime,
+    *,
+    timeout_s: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+) -> list[GpuTelemetry]:
+    """The DCGM readings of ``hosts`` (dcgm-exporter's ``Hostname`` label) as a Prometheus
+    server (``url``: its base, e.g. http://prometheus:9090) had them at ``at``: one instant
+    query. The counters are totals at that moment. Raises TelemetryError."""
+    if not hosts:
+        return []
+    names = "|".join(sorted(FAMILIES))
+    wanted = "|".join(validate.hostname(h) for h in hosts)  # [a-z0-9-]: nothing to escape
+    query = f'{{__name__=~"{names}",Hostname=~"{wanted}"}}'
+    endpoint = url.rstrip("/") + "/api/v1/query"
+    try:
+        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+            response = client.get(
+                endpoint, params={"query": query, "time": f"{at.timestamp():.3f}"}
+            )
+            response.raise_for_status()
+            body = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise TelemetryError(f"telemetry {endpoint}: {exc}") from exc
+    try:
+        if body["status"] != "success" or body["data"]["resultType"] != "vector":
+            raise TelemetryError(f"telemetry {endpoint}: {body.get('error', body['status'])}")
+        samples = [
+            (r["metric"]["__name__"], r["metric"], float(r["value"][1]))
+            for r in body["data"]["result"]
+        ]
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise TelemetryError(f"telemetry {endpoint}: not a Prometheus vector: {exc!r}") from exc
+    return gpu_telemetry_from_samples(samples)

@@ -142,6 +142,11 @@ class Diagnosis(Strict):
 
 
 class GpuTelemetry(Strict):
+    """One GPU's DCGM readings. The counters (uncorrectable ECC, NVLink errors) and the last
+    Xid are their increase over the job's window (``diagnosis.freshness``), or, with
+    ``lifetime``, what one scrape shows: totals since the GPU began counting, which are the
+    node's history and never evidence of a failure."""
+
     host: str
     gpu: int
     temperature_c: float | None = None
@@ -149,6 +154,7 @@ class GpuTelemetry(Strict):
     ecc_dbe_total: float = 0.0
     nvlink_errors_total: float = 0.0
     gpu_utilization: float | None = None
+    lifetime: bool = False
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -85,8 +85,13 @@ class Settings(BaseSettings):
         "signatures, extra prefilter anchors, Xid code -> category overrides)",
     )
 
-    # Telemetry (Prometheus text format, DCGM exporter metric names).
+    # Telemetry (Prometheus text format, DCGM exporter metric names). One scrape's counters
+    # are lifetime totals and never evidence; a Prometheus server (its base URL) gives their
+    # increase over a failed job's window (its values at the job's start against now).
     telemetry_url: HttpUrl | None = None
+    telemetry_query_url: HttpUrl | None = Field(
+        default=None, description="Prometheus base URL, e.g. http://prometheus:9090"
+    )
     http_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
     # Playbooks. SSH host keys are checked against trainmedic's own known_hosts file (the

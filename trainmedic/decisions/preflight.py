@@ -13,44 +13,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from trainmedic.core.models import Strict
+from trainmedic.diagnosis.freshness import kernel_line_time
 from trainmedic.diagnosis.xid import lookup
 
 __all__ = ["NodeFitness", "kernel_line_time", "node_fitness"]
 
 _XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
-_CTIME = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")
-_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.]\d+)?([+-]\d\d:?\d\d|Z)?")
 
 
 class NodeFitness(Strict):
     node: str
     fit: bool
     problems: tuple[str, ...] = ()
-
-
-def kernel_line_time(line: str) -> datetime | None:
-    """The time of a kernel line as `dmesg -T` ("[Thu Dec  3 17:42:01 2026]", UTC here) or
-    `dmesg --time-format iso` / journalctl's ISO form print it; None when it has none."""
-    iso = _ISO.match(line)
-    if iso:
-        zone = iso[2] or "+00:00"
-        zone = "+00:00" if zone == "Z" else zone
-        try:
-            return datetime.fromisoformat(iso[1] + zone)
-        except ValueError:
-            return None
-    ctime = _CTIME.match(line)
-    if ctime:
-        try:
-            return datetime.strptime(" ".join(ctime[1].split()), "%a %b %d %H:%M:%S %Y").replace(
-                tzinfo=UTC
-            )
-        except ValueError:
-            return None
-    return None
 
 
 def node_fitness(

@@ -206,11 +206,12 @@ def _telemetry_hits(telemetry: Sequence[GpuTelemetry], cat: Catalogue) -> list[H
             f"nvlink_errors_total={gpu.nvlink_errors_total:g} temperature_c={gpu.temperature_c}"
         )
         signatures = []
-        if gpu.xid_last in fallen_off:
+        # Lifetime counters (one scrape) are the node's history: only an increase counts.
+        if not gpu.lifetime and gpu.xid_last in fallen_off:
             signatures.append(TELEMETRY_FALLEN_OFF)
-        if gpu.xid_last in ecc or gpu.ecc_dbe_total > 0:
+        if not gpu.lifetime and (gpu.xid_last in ecc or gpu.ecc_dbe_total > 0):
             signatures.append(TELEMETRY_ECC)
-        if gpu.xid_last in nvlink or gpu.nvlink_errors_total > 0:
+        if not gpu.lifetime and (gpu.xid_last in nvlink or gpu.nvlink_errors_total > 0):
             signatures.append(TELEMETRY_NVLINK)
         if gpu.temperature_c is not None and gpu.temperature_c >= HOT_GPU_C:
             signatures.append(TELEMETRY_HOT)
