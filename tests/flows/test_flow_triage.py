@@ -399,3 +399,57 @@ def test_a_human_correction_changes_the_verdict_of_the_next_failure_like_it(
     assert main(["runs", "--job", first.job_id, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and rows[0]["corrected"] == "StorageError by bob"
+
+
+@pytest.fixture
+def exporter(sim, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The simulated cluster's DCGM exporter over real HTTP as the runbooks' telemetry."""
+    import threading
+
+    from trainmedic.core.settings import get_settings
+    from trainmedic.sim.exporter import make_server
+
+    server = make_server(sim[0], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    monkeypatch.setenv("TRAINMEDIC_TELEMETRY_URL", url)
+    get_settings.cache_clear()
+    yield url
+    server.shutdown()
+    server.server_close()
+    get_settings.cache_clear()
+
+
+def test_a_node_repaired_last_week_is_history_and_the_fresh_fault_is_drained(
+    prefect_server, sim, exporter
+) -> None:
+    """node001's GPU 2 had an uncorrectable ECC error last week and was repaired by a GPU
+    reset: its kernel log still holds the Xid 48/63 lines and its DCGM counters their
+    lifetime counts (aggregate ECC 2, last Xid 48). This job loses node003's NVLink: node003
+    is the origin and drained; node001 stays in service."""
+    import time
+
+    from flows.triage import TriageRequest, triage
+
+    cluster, scheduler = sim
+    last_week = time.time() - 7 * 24 * 3600
+    cluster.inject("node001", "ecc", gpu=2, at=last_week)
+    cluster.repair("node001", reboot=False, at=last_week + 3600)
+    job = scheduler.submit(JobSpec(name="fresh", nodes=3, steps=100_000, checkpoint_every=20))
+    assert job.nodes == ("node001", "node002", "node003")
+    wait_step(job, 45)
+    cluster.inject("node003", "nvlink", gpu=1)
+    failed = wait_finished(scheduler, job.job_id)
+
+    result = triage(TriageRequest(job_id=failed.job_id, event="job.failed"))
+
+    assert result.category == "NVLinkError"
+    assert "node003" in (result.root_cause_host or "")
+    assert "node001" not in (result.root_cause_host or "")
+    assert result.drained == ["node003"]
+    nodes = {n.name: n for n in scheduler.nodes()}
+    assert nodes["node001"].state is not NodeState.DRAINED
+    new = scheduler.job(result.new_job_id)
+    assert "node003" not in new.nodes and "node001" not in new.spec.exclude
+    text = report(result)
+    assert "Xid (PCI:0000:5b:00): 74" in text or "NVLink" in text
