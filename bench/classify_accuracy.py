@@ -82,9 +82,17 @@ def main() -> int:
     rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
     scores = {"trainmedic": [0, 0], "naive": [0, 0]}
     host_rows = [r for r in rows if r["root_cause_host"]]
+    confusion: dict[tuple[str, str], int] = {}
+    host_by_label: dict[str, list[int]] = {}
     for row in rows:
         diagnosis = diagnose([LogSource.from_text(row["id"], row["log"])])
         ours = (diagnosis.category.value, diagnosis.root_cause_host)
+        pair = (row["label"], ours[0])
+        confusion[pair] = confusion.get(pair, 0) + 1
+        if row["root_cause_host"]:
+            tally = host_by_label.setdefault(row["label"], [0, 0])
+            tally[0] += host_ok(row["root_cause_host"], ours[1])
+            tally[1] += 1
         for name, (label, place) in (("trainmedic", ours), ("naive", naive(row["log"]))):
             scores[name][0] += label == row["label"]
             if row["root_cause_host"]:
@@ -99,7 +107,33 @@ def main() -> int:
             f"{place_ok / max(1, len(host_rows)):10.1%}   ({category_ok}/{len(rows)}, "
             f"{place_ok}/{len(host_rows)})"
         )
+    print_per_category(confusion, host_by_label)
     return 0
+
+
+def print_per_category(
+    confusion: dict[tuple[str, str], int], host_by_label: dict[str, list[int]]
+) -> None:
+    """Per category: cases, recall, precision, origin host; then what each miss became."""
+    labels = sorted({truth for truth, _ in confusion} | {got for _, got in confusion})
+    print(f"\n{'category':18s} {'cases':>5s} {'recall':>7s} {'precision':>9s} {'host':>7s}")
+    for label in labels:
+        cases = sum(n for (truth, _), n in confusion.items() if truth == label)
+        said = sum(n for (_, got), n in confusion.items() if got == label)
+        right = confusion.get((label, label), 0)
+        recall = f"{right / cases:.0%}" if cases else "-"
+        precision = f"{right / said:.0%}" if said else "-"
+        ok, total = host_by_label.get(label, [0, 0])
+        host = f"{ok}/{total}" if total else "-"
+        print(f"{label:18s} {cases:5d} {recall:>7s} {precision:>9s} {host:>7s}")
+    misses = sorted(
+        ((truth, got, n) for (truth, got), n in confusion.items() if truth != got),
+        key=lambda m: (-m[2], m[0]),
+    )
+    if misses:
+        print("\nconfusions (label -> diagnosed: cases)")
+        for truth, got, n in misses:
+            print(f"  {truth} -> {got}: {n}")
 
 
 if __name__ == "__main__":

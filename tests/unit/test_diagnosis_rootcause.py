@@ -121,9 +121,18 @@ def test_hang_from_heartbeat_age() -> None:
     assert 0.4 <= diagnosis.confidence <= 0.8
 
 
-def test_exit_137_is_host_oom_and_139_segfault() -> None:
+def test_exit_137_alone_is_not_host_oom_and_139_segfault() -> None:
+    # A SIGKILL alone is also scancel, preemption or KillWait: no host OOM without a line
+    # that proves it; beside a kernel OOM line it corroborates.
     sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
-    assert diagnose(sources, exit_code=137).category is Category.HostOOM
+    alone = diagnose(sources, exit_code=137)
+    assert alone.category is Category.Unknown
+    assert [r.signature for r in alone.rivals] == ["exit-code-sigkill"]
+    oom = "[812.3] Out of memory: Killed process 4242 (python) total-vm:81234567kB"
+    sources = [LogSource.from_lines("rank-00000.node000.out", [*NORMAL, oom])]
+    proven = diagnose(sources, exit_code=137)
+    assert proven.category is Category.HostOOM
+    assert "exit-code-sigkill" in [e.signature for e in proven.evidence]
     sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
     assert diagnose(sources, exit_code=139).category is Category.CUDAError
     dataloader = [
@@ -166,7 +175,7 @@ def test_loss_spike_and_nan_from_curves() -> None:
     ]
     assert diagnose([LogSource.from_lines("a.log", rising)]).category is Category.LossSpike
     recovered = [f"{{'loss': {9.0 if i == 50 else 2.0}, 'epoch': {i}}}" for i in range(100)]
-    assert diagnose([LogSource.from_lines("b.log", recovered)]).category is Category.Unknown
+    assert diagnose([LogSource.from_lines("b.log", recovered)]).category is not Category.LossSpike
     nan = [*NORMAL, "iteration 121/400 | lm loss: nan | grad norm: nan |"]
     assert diagnose([LogSource.from_lines("c.log", nan)]).category is Category.NaNLoss
 

@@ -128,6 +128,16 @@ class Evidence(Strict):
     category: Category | None = None
 
 
+class Rival(Strict):
+    """Another explanation the logs offered, and why the winner beat it."""
+
+    category: Category
+    score: float = Field(ge=0.0, le=1.0)
+    signature: str
+    where: str  # file:line of its most decisive line
+    reason: str
+
+
 class Diagnosis(Strict):
     category: Category
     layer: Layer
@@ -136,6 +146,10 @@ class Diagnosis(Strict):
     evidence: tuple[Evidence, ...] = ()
     remediation: Remediation
     source: Literal["rules", "telemetry", "llm", "human"] = "rules"
+    # The winning evidence is only what every other rank sees (collective timeouts, aborts,
+    # a stall inferred from silence): it never proves which host to drain.
+    symptom_only: bool = False
+    rivals: tuple[Rival, ...] = ()
 
 
 # ----------------------------------------------------------------------------- telemetry

@@ -45,6 +45,10 @@ class Signature:
     # The line reports another node's failure (slurmstepd on a surviving node): the file it
     # sits in names a witness, not the origin, so the hit takes no location from its source.
     witness: bool = False
+    # The line strengthens a diagnosis of its category that another (non-corroborating) cause
+    # proves, and proves nothing alone: a SIGKILL or exit code 137 is host OOM only beside a
+    # kernel OOM line (scancel, preemption and KillWait send the same signal).
+    corroborates: bool = False
 
     @property
     def grep_pattern(self) -> str:
@@ -102,6 +106,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         raw_examples = entry.get("examples", [])
         ere = entry.get("ere")
         witness = bool(entry.get("witness", False))
+        corroborates = bool(entry.get("corroborates", False))
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(f"{origin}: bad signature {entry.get('id')!r}: {exc}") from exc
     if not 0.0 <= weight <= 1.0:
@@ -121,6 +126,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         examples=tuple(raw_examples),
         ere=str(ere) if ere is not None else None,
         witness=witness,
+        corroborates=corroborates,
     )
 
 

@@ -1,9 +1,19 @@
 """From hits to one Diagnosis: the root cause, not the first error.
 
 Every rank of a job that lost one GPU logs *something*: the broken rank an Xid/ECC/NVLink
-error, the others collective timeouts. Categories are therefore scored by their most
-decisive line (signature weight), symptoms count half, near-ties go to the earliest line,
-and telemetry, exit code and heartbeat age add evidence the logs may not carry.
+error, the others collective timeouts, socket resets, NCCL aborts. The ranking is a small
+causal model, not line order:
+
+1. Fallout is set aside: a category that another cause present in the job drags along
+   (``CONSEQUENCES``: a GPU fault's NCCL, socket and storage errors; a node loss's timeouts)
+   is that cause's consequence, whichever was printed first.
+2. Of what is left, categories are scored by their most decisive line (signature weight),
+   symptoms (collective timeouts) count half, near-ties go to the earliest line.
+3. Corroborating lines (a SIGKILL, exit code 137) count only beside a cause of their own
+   category; alone they name a place and nothing else.
+
+Telemetry, exit code and heartbeat age add evidence the logs may not carry. Every rival
+explanation is kept with the reason it lost (``Diagnosis.rivals``).
 """
 
 from __future__ import annotations
@@ -11,7 +21,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from trainmedic.core.models import Diagnosis, Evidence, GpuTelemetry
@@ -19,8 +28,18 @@ from trainmedic.core.taxonomy import Category, layer_of, remediation_for
 from trainmedic.core.validate import HOSTNAME_RE
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm
-from trainmedic.diagnosis.loss import find_loss_spike
+from trainmedic.diagnosis.loss import find_loss_spike, find_scale_collapse
 from trainmedic.diagnosis.overlay import site_catalogue
+from trainmedic.diagnosis.ranking import (
+    Candidate,
+    candidates,
+    confidence,
+    corroborated,
+    ends_in_silence,
+    explained,
+    pick,
+    rivals,
+)
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
 
@@ -28,29 +47,21 @@ __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
 
 log = logging.getLogger(__name__)
 
-TIE_MARGIN = 0.05
-SYMPTOM_FACTOR = 0.5
 MAX_WINNER_EVIDENCE = 8
 MAX_OTHER_EVIDENCE = 6
 MAX_LOCATIONS = 4
 
 HOT_GPU_C = 90.0
 
-# What a fault typically drags along on the same or other ranks: these do not count as
-# rival explanations when judging how sure the diagnosis is.
-_GPU_FAULT_FALLOUT = frozenset({Category.CUDAError, Category.NCCLError, Category.NetworkError})
-CONSEQUENCES: dict[Category, frozenset[Category]] = {
-    Category.GPUFallenOff: _GPU_FAULT_FALLOUT,
-    Category.ECCError: _GPU_FAULT_FALLOUT,
-    Category.NVLinkError: _GPU_FAULT_FALLOUT,
-    Category.NodeFailure: frozenset({Category.NCCLError, Category.NetworkError}),
-    Category.NetworkError: frozenset({Category.NCCLError, Category.CUDAError}),
-    Category.HostOOM: frozenset({Category.DataloaderKilled}),
-    Category.DataloaderKilled: frozenset({Category.HostOOM, Category.CUDAError}),
-}
 
-
-def _synthetic(sig_id: str, category: Category, weight: float, role: Role = Role.cause):
+def _synthetic(
+    sig_id: str,
+    category: Category,
+    weight: float,
+    role: Role = Role.cause,
+    *,
+    corroborates: bool = False,
+) -> Signature:
     return Signature(
         id=sig_id,
         category=category,
@@ -58,30 +69,24 @@ def _synthetic(sig_id: str, category: Category, weight: float, role: Role = Role
         weight=weight,
         regex=re.compile("(?!)"),
         examples=(),
+        corroborates=corroborates,
     )
 
 
 LOSS_SPIKE = _synthetic("loss-spike", Category.LossSpike, 0.7)
+# fp16 dynamic loss scaling halving again and again: gradients overflow at every step.
+LOSS_SCALE_COLLAPSE = _synthetic("loss-scale-collapse", Category.LossSpike, 0.6)
 TELEMETRY_FALLEN_OFF = _synthetic("telemetry-xid-79", Category.GPUFallenOff, 0.9)
 TELEMETRY_ECC = _synthetic("telemetry-ecc", Category.ECCError, 0.9)
 TELEMETRY_NVLINK = _synthetic("telemetry-nvlink", Category.NVLinkError, 0.85)
 TELEMETRY_HOT = _synthetic("telemetry-temperature", Category.Unknown, 0.0, Role.context)
-EXIT_SIGKILL = _synthetic("exit-code-sigkill", Category.HostOOM, 0.55)
+EXIT_SIGKILL = _synthetic("exit-code-sigkill", Category.HostOOM, 0.55, corroborates=True)
 EXIT_SEGFAULT = _synthetic("exit-code-segfault", Category.CUDAError, 0.4)
 HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
+# Every log ends in ordinary output (INFO lines, progress): no error, no exit status. A job
+# that failed like that stopped making progress; which rank stalled, the logs cannot say.
+SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
 _SYNTHETIC_SOURCE = 1_000_000  # sorts after every real file when there is no timestamp
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    category: Category
-    score: float
-    best: Hit
-    hits: tuple[Hit, ...]
-
-    @property
-    def is_symptom(self) -> bool:
-        return self.best.signature.role is Role.symptom
 
 
 def diagnose(
@@ -113,22 +118,45 @@ def diagnose(
             _synthetic_hit(HEARTBEAT_STALE, f"no progress for {heartbeat_age_s:.0f} s", None)
         )
 
-    candidates = _candidates(hits)
-    if not candidates:
-        return _unknown(scans, hits, llm)
-    winner = _pick(candidates)
-    confidence = _confidence(winner, candidates, heartbeat_age_s, hang_after_s)
+    hits, unproven = corroborated(hits)
+    ranked = candidates(hits)
+    if not ranked and heartbeat_age_s is None:
+        silent = ends_in_silence(scans, hits)
+        if silent is not None:
+            index, line = silent
+            ranked = candidates([_silence(scans[index], line)])
+    if not ranked:
+        return _unknown(scans, hits, llm, unproven)
+    fallout = explained(ranked)
+    winner = pick([c for c in ranked if c.category not in fallout] or ranked)
+    sure = confidence(winner, ranked, fallout, heartbeat_age_s, hang_after_s)
     return Diagnosis(
         category=winner.category,
         layer=layer_of(winner.category),
         root_cause_host=_root_cause_host(winner, hits),
-        confidence=round(confidence, 3),
-        evidence=_evidence(winner, candidates, hits),
+        confidence=round(sure, 3),
+        evidence=_evidence(winner, ranked, hits),
         remediation=remediation_for(winner.category),
-        source="telemetry"
-        if all(h.file == "telemetry" for h in winner.hits if h.signature.role is Role.cause)
-        else "rules",
+        source="telemetry" if _from_telemetry(winner) else "rules",
+        symptom_only=all(h.signature.role is Role.symptom for h in winner.hits),
+        rivals=rivals(winner, ranked, fallout, unproven),
     )
+
+
+def _silence(scan: SourceScan, line: str) -> Hit:
+    return _synthetic_hit(
+        SILENCE,
+        f"the log ends in ordinary output, no error and no exit: {line[:200]}",
+        None,
+        file=scan.source.name,
+        line=scan.lines,
+        source_index=scan.index,
+    )
+
+
+def _from_telemetry(winner: Candidate) -> bool:
+    causes = [h for h in winner.hits if h.signature.role is Role.cause]
+    return bool(causes) and all(h.file == "telemetry" for h in causes)
 
 
 def diagnose_paths(paths: Sequence[str | Path], **options) -> Diagnosis:
@@ -177,15 +205,21 @@ def _synthetic_hit(
 def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
     hits = []
     for scan in scans:
+        found: list[tuple[Signature, str, int]] = []
         spike = find_loss_spike(scan.loss_points)
         if spike is not None:
+            found.append((LOSS_SPIKE, spike.describe(), spike.line))
+        collapse = find_scale_collapse(scan.scale_points)
+        if collapse is not None:
+            found.append((LOSS_SCALE_COLLAPSE, collapse.describe(), collapse.line))
+        for signature, text, line in found:
             hits.append(
                 _synthetic_hit(
-                    LOSS_SPIKE,
-                    spike.describe(),
+                    signature,
+                    text,
                     scan.source.host,
                     file=scan.source.name,
-                    line=spike.line,
+                    line=line,
                     source_index=scan.index,
                     rank=scan.source.rank,
                 )
@@ -239,65 +273,6 @@ def _exit_code_hits(exit_code: int | None, hits: Sequence[Hit]) -> list[Hit]:
 # ----------------------------------------------------------------------------- ranking
 
 
-def _candidates(hits: Sequence[Hit]) -> list[_Candidate]:
-    by_category: dict[Category, list[Hit]] = {}
-    for hit in hits:
-        if hit.signature.role is Role.context:
-            continue
-        by_category.setdefault(hit.signature.category, []).append(hit)
-    candidates = []
-    for category, category_hits in by_category.items():
-        ordered = tuple(sorted(category_hits, key=lambda h: h.order))
-        best = max(ordered, key=lambda h: (_score(h), -ordered.index(h)))
-        candidates.append(_Candidate(category, _score(best), best, ordered))
-    return candidates
-
-
-def _score(hit: Hit) -> float:
-    factor = SYMPTOM_FACTOR if hit.signature.role is Role.symptom else 1.0
-    return hit.signature.weight * factor
-
-
-def _pick(candidates: Sequence[_Candidate]) -> _Candidate:
-    top = max(c.score for c in candidates)
-    contenders = [c for c in candidates if c.score >= top - TIE_MARGIN]
-    return min(contenders, key=lambda c: (c.hits[0].order, -c.score))
-
-
-def _confidence(
-    winner: _Candidate,
-    candidates: Sequence[_Candidate],
-    heartbeat_age_s: float | None,
-    hang_after_s: float,
-) -> float:
-    if winner.category is Category.Hang and heartbeat_age_s is not None:
-        overdue = heartbeat_age_s / max(hang_after_s, 1.0) - 1.0
-        return min(0.8, 0.4 + 0.4 * min(1.0, overdue))
-    # A rival only counts on lines of its own: "CUDA error: uncorrectable ECC error" is one
-    # fact matched by two signatures, not two competing explanations.
-    explained = {(h.source_index, h.line) for h in winner.hits}
-    rival = max(
-        (
-            _score(h)
-            for c in candidates
-            if c is not winner
-            and not c.is_symptom
-            and c.category not in CONSEQUENCES.get(winner.category, frozenset())
-            for h in c.hits
-            if (h.source_index, h.line) not in explained
-        ),
-        default=0.0,
-    )
-    confidence = winner.score - 0.5 * rival
-    files = {h.source_index for h in winner.hits if h.file != "telemetry"}
-    confidence += min(0.1, 0.03 * (len(files) - 1))
-    telemetry_agrees = any(h.file == "telemetry" for h in winner.hits)
-    logs_agree = any(h.file != "telemetry" for h in winner.hits)
-    if telemetry_agrees and logs_agree:
-        confidence += 0.1
-    return max(0.05, min(0.99, confidence))
-
-
 # ----------------------------------------------------------------------------- placing
 
 
@@ -333,8 +308,14 @@ def _locations(hits: Sequence[Hit]) -> list[str]:
     return labels
 
 
-def _root_cause_host(winner: _Candidate, hits: Sequence[Hit]) -> str | None:
+def _root_cause_host(winner: Candidate, hits: Sequence[Hit]) -> str | None:
     context = [h for h in hits if h.signature.role is Role.context]
+    if winner.category is Category.Hang:
+        # A hang detector that names who never arrived (a monitored barrier) places it; a
+        # stack dump or a stale heartbeat says only where someone looked.
+        named = _locations([h for h in winner.hits if h.signature.regex.groupindex])
+        if named:
+            return ", ".join(named[:MAX_LOCATIONS])
     if winner.is_symptom or winner.category is Category.Hang:
         # Many ranks timing out say nothing about which one stalled; one rank does.
         hot = _locations([h for h in context if h.file == "telemetry"])
@@ -351,7 +332,7 @@ def _root_cause_host(winner: _Candidate, hits: Sequence[Hit]) -> str | None:
 
 
 def _evidence(
-    winner: _Candidate, candidates: Sequence[_Candidate], hits: Sequence[Hit]
+    winner: Candidate, candidates: Sequence[Candidate], hits: Sequence[Hit]
 ) -> tuple[Evidence, ...]:
     chosen = list(winner.hits[:MAX_WINNER_EVIDENCE])
     others = sorted((c for c in candidates if c is not winner), key=lambda c: -c.score)
@@ -371,7 +352,12 @@ def _to_evidence(hit: Hit) -> Evidence:
     )
 
 
-def _unknown(scans: Sequence[SourceScan], hits: Sequence[Hit], llm: LlmConfig | None) -> Diagnosis:
+def _unknown(
+    scans: Sequence[SourceScan],
+    hits: Sequence[Hit],
+    llm: LlmConfig | None,
+    unproven: Sequence[Hit] = (),
+) -> Diagnosis:
     context = [h for h in hits if h.signature.role is Role.context]
     places = _locations(context)
     root = places[0] if len(places) == 1 else None
@@ -395,4 +381,6 @@ def _unknown(scans: Sequence[SourceScan], hits: Sequence[Hit], llm: LlmConfig | 
         confidence=0.1,
         evidence=evidence,
         remediation=remediation_for(Category.Unknown),
+        symptom_only=True,
+        rivals=rivals(None, [], {}, unproven),
     )

@@ -1,4 +1,5 @@
-"""Loss curves: pull loss values out of training lines and find spikes that do not recover."""
+"""Loss curves: pull loss values out of training lines and find spikes that do not recover;
+and the fp16 loss scale, whose collapse (halved overflow after overflow) is a divergence too."""
 
 from __future__ import annotations
 
@@ -8,13 +9,33 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["LossPoint", "LossSpike", "extract_losses", "find_loss_spike"]
+__all__ = [
+    "LossPoint",
+    "LossSpike",
+    "ScaleCollapse",
+    "extract_loss_scales",
+    "extract_losses",
+    "find_loss_spike",
+    "find_scale_collapse",
+]
 
 # Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2".
 # "loss scale:", "lm loss value:" (validation) and "lm loss PPL:" do not match: the value
 # must follow ":" or "=" directly.
 _LOSS_RE = re.compile(rb"loss['\"]?\s*[:=]\s*['\"]?(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"eval ", b"val ")
+
+# The dynamic loss scale as frameworks print it: DeepSpeed "Attempted loss scale: 64, reducing
+# to 32", apex "reducing loss scale to 32768.0", fairseq "setting loss scale to: 0.25" and
+# "loss_scale 0.500", Megatron "loss scale: 8192.0", DLLogger "PARAMETER loss_scale : 524288".
+# The last value of a line is the scale in force after it ("loss scaler 0" is apex's index).
+_SCALE_RE = re.compile(
+    rb"(?:loss[ _-]?scale(?!r)|reducing to)['\"]?\s*(?:to)?\s*[:=]?\s*['\"]?"
+    rb"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+)
+COLLAPSE_HALVINGS = 4  # overflow after overflow: the scale fell at least 2^4-fold...
+COLLAPSE_FLOOR = 1e-3  # ...or to where fp16 gradients overflow even scaled down 1000-fold
+SCALE_SETTLE_POINTS = 3  # a collapse followed by this many steady readings has recovered
 
 SPIKE_RATIO = 1.5  # a spike is at least 1.5x the running median...
 SPIKE_MIN_ABS = 0.3  # ...and at least 0.3 nats above it (tiny losses jitter by large ratios)
@@ -97,3 +118,66 @@ def _median(ordered: Sequence[float]) -> float:
     n = len(ordered)
     mid = n // 2
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@dataclass(frozen=True)
+class ScaleCollapse:
+    line: int
+    start: float
+    end: float
+    drops: int
+
+    def describe(self) -> str:
+        return (
+            f"fp16 loss scale fell {self.drops} times in a row, from {self.start:g} to "
+            f"{self.end:g}: gradients overflow step after step (the loss is diverging)"
+        )
+
+
+def extract_loss_scales(
+    data: bytes, first_line: int, limit: int | None = None
+) -> Iterator[LossPoint]:
+    """The dynamic loss scale after each line of ``data`` that prints one."""
+    line = first_line
+    position = 0
+    found = 0
+    for raw in data.split(b"\n"):
+        matches = list(_SCALE_RE.finditer(raw)) if b"scale" in raw or b"reducing" in raw else []
+        if matches:
+            try:
+                value = float(matches[-1].group(1))
+            except ValueError:
+                value = -1.0
+            # A scale printed as 0 is a rounded tiny one (fairseq "loss_scale 0"): no reading.
+            if value > 0:
+                yield LossPoint(value, line)
+                found += 1
+                if limit is not None and found >= limit:
+                    return
+        line += 1
+        position += len(raw) + 1
+
+
+def find_scale_collapse(points: Sequence[LossPoint]) -> ScaleCollapse | None:
+    """The loss scale's last run of falls, if it ends the curve and is deep enough: at least
+    COLLAPSE_HALVINGS falls and a 2^COLLAPSE_HALVINGS-fold drop, or a fall to COLLAPSE_FLOOR.
+    A warm-up that settles (steady readings after it) or recovers (the scale grows) is not."""
+    if len(points) < 2:
+        return None
+    end = len(points) - 1
+    last_drop = max(
+        (i for i in range(1, len(points)) if points[i].value < points[i - 1].value), default=None
+    )
+    if last_drop is None or end - last_drop >= SCALE_SETTLE_POINTS:
+        return None
+    start = last_drop
+    drops = 0
+    while start > 0 and points[start].value <= points[start - 1].value:
+        if points[start].value < points[start - 1].value:
+            drops += 1
+        start -= 1
+    first, last = points[start].value, points[last_drop].value
+    deep = drops >= COLLAPSE_HALVINGS and first / last >= 2**COLLAPSE_HALVINGS
+    if not deep and last > COLLAPSE_FLOOR:
+        return None
+    return ScaleCollapse(line=points[last_drop].line, start=first, end=last, drops=drops)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
 from trainmedic.diagnosis.dispatch import Dispatch, line_text
-from trainmedic.diagnosis.loss import LossPoint, extract_losses
+from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
 from trainmedic.diagnosis.sources import LogSource
 
 __all__ = ["Hit", "SourceScan", "scan_source"]
@@ -34,7 +34,14 @@ LOSS_SAMPLE_BYTES = 32 << 10  # other blocks: only their first 32 KiB
 LOSS_SAMPLE_POINTS = 16
 
 # Where a line says who wrote it. Tried in order, first match wins per field.
-_NCCL_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[(?P<gpu>\d+)\]")
+# NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
+# a date, "[rank0]:"); a host name may start with a digit (cloud VMs: hex ids), not be one.
+_NCCL_PREFIX = re.compile(
+    r"(?:^|(?<=[\s>:\]]))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
+    r" \[(?P<gpu>\d+)\]"
+)
+# Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd.
+_JSON_HOST = re.compile(r'"(?:host_?name|hostname|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*)"')
 _LABEL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w-]*\d[\w-]*): ")
 _SYSLOG_PREFIX = re.compile(
     r"^(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
@@ -91,6 +98,7 @@ class SourceScan:
     bytes_read: int = 0
     buckets: dict[str, _Bucket] = field(default_factory=dict)
     loss_points: list[LossPoint] = field(default_factory=list)
+    scale_points: list[LossPoint] = field(default_factory=list)  # fp16 loss scale
     tail: list[str] = field(default_factory=list)
 
     def hits(self) -> list[Hit]:
@@ -118,6 +126,7 @@ class _Scanner:
         # re-read in full at the end so the end of the curve (where a spike is) is exact.
         self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
         self.loss_blocks: list[list[LossPoint]] = []
+        self.scale_blocks: list[list[LossPoint]] = []
 
     def run(self) -> None:
         carry = b""
@@ -159,11 +168,14 @@ class _Scanner:
     def _collect_loss(self, body: bytes, first_line: int) -> None:
         if b"loss" not in body:
             points: list[LossPoint] = []
+            scales: list[LossPoint] = []
         else:
             window = body[:LOSS_SAMPLE_BYTES]
             window = window[: window.rfind(b"\n") + 1]
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
+            scales = list(extract_loss_scales(window, first_line, limit=LOSS_SAMPLE_POINTS))
         self.loss_blocks.append(points)
+        self.scale_blocks.append(scales)
         self.recent.append((first_line, body, points))
 
     def _finish_loss(self) -> None:
@@ -173,8 +185,11 @@ class _Scanner:
             block_index = len(self.loss_blocks) - len(recent) + position
             if b"loss" in body:
                 self.loss_blocks[block_index] = list(extract_losses(body, first_line))
+                self.scale_blocks[block_index] = list(extract_loss_scales(body, first_line))
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
+        self.result.scale_points = [p for block in self.scale_blocks for p in block]
         self.loss_blocks = []
+        self.scale_blocks = []
         self.recent.clear()
 
     def _match_line(self, raw: bytes, line_no: int) -> None:
@@ -240,7 +255,7 @@ Attribution = tuple[str | None, int | None, str | None, float | None]
 def _attribute(text: str) -> Attribution:
     host: str | None = None
     gpu: str | None = None
-    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX):
+    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
         match = prefix.search(text)
         if match:
             host = match.group("host").lower()
