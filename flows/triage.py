@@ -307,6 +307,7 @@ def _triage(request: TriageRequest) -> TriageResult:
         failure_streak=failure_streak(job, history),
         crash_loop_after=settings.crash_loop_after,
         streak_categories=failure_categories(job, history, categories),
+        confidence_floor=settings.confidence_floor,
     )
 
     actions: list[ActionRecord] = []

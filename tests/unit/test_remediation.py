@@ -180,3 +180,29 @@ def test_skipped_batches_stay_with_the_attempt_that_needed_them() -> None:
         "skip_batches": (301, 310)
     }
     assert spec_changes_for(job().spec, 0, {"num_workers": 0}) == {"num_workers": 0}
+
+
+def test_below_the_confidence_floor_nothing_destructive_happens_automatically() -> None:
+    from trainmedic.core.settings import Settings
+    from trainmedic.decisions.remediation import DEFAULT_CONFIDENCE_FLOOR
+
+    assert Settings().confidence_floor == DEFAULT_CONFIDENCE_FLOOR
+    sure = diagnosis(Category.ECCError, "node002")
+    assert plan_remediation(sure, job()).drain == ("node002",)
+    unsure = sure.model_copy(update={"confidence": 0.3})
+    plan = plan_remediation(unsure, job())
+    assert plan.drain == () and plan.locate and plan.restart  # the pair test decides
+    assert any("below the floor 0.50" in reason for reason in plan.reasons)
+    # The floor is the installation's: a stricter one holds back a surer diagnosis too.
+    assert plan_remediation(sure, job(), confidence_floor=0.95).drain == ()
+    # A rollback discards progress and skips data: below the floor a human confirms first.
+    nan = diagnosis(Category.NaNLoss).model_copy(update={"confidence": 0.3})
+    plan = plan_remediation(nan, job())
+    assert plan.action is Action.investigate and plan.page_oncall and not plan.restart
+    assert plan_remediation(nan, job(), confidence_floor=0.2).action is Action.rollback
+
+
+def test_symptom_only_evidence_never_drains_even_when_it_names_a_node() -> None:
+    seen = diagnosis(Category.NCCLTimeout, "node002").model_copy(update={"symptom_only": True})
+    plan = plan_remediation(seen, job())
+    assert plan.drain == () and plan.locate

@@ -136,6 +136,10 @@ class Settings(BaseSettings):
         default=3, ge=2, le=50, description="N failed attempts in a row, whatever the diagnosis"
     )
     hang_timeout_s: float = Field(default=600, gt=0, le=86_400)
+    # Below this diagnosis confidence no automatic destructive action: the plan pair-tests
+    # instead of draining, and asks a human before a rollback
+    # (trainmedic.decisions.remediation.DEFAULT_CONFIDENCE_FLOOR is the same default).
+    confidence_floor: float = Field(default=0.5, ge=0.0, le=1.0)
     # Fail-slow: a running job whose last slow_recent_steps steps take slow_step_factor times
     # its own earlier steps (medians), slow for slow_min_s in all, raises job.slow (the
     # watchdog checks every minute).

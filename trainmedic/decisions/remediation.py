@@ -19,6 +19,10 @@ from trainmedic.diagnosis.xid import APPLICATION_XID
 
 _RANK_RE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
 GC_INTERVAL_STEPS = 50
+# Below this confidence no automatic destructive action (a drain, a rollback) is taken: the
+# pair test proves or clears a node, a human confirms a rollback. Settings.confidence_floor
+# (TRAINMEDIC_CONFIDENCE_FLOOR) sets it per installation; this is its default.
+DEFAULT_CONFIDENCE_FLOOR = 0.5
 
 
 class Plan(BaseModel):
@@ -74,8 +78,10 @@ def plan_remediation(
     failure_streak: int = 1,
     crash_loop_after: int = 3,
     streak_categories: Sequence[str] = (),
+    confidence_floor: float = DEFAULT_CONFIDENCE_FLOOR,
 ) -> Plan:
     action = diagnosis.remediation.action
+    unsure = diagnosis.confidence < confidence_floor
     reasons: list[str] = [
         f"{diagnosis.category} ({diagnosis.layer}): {diagnosis.remediation.summary}"
     ]
@@ -120,6 +126,16 @@ def plan_remediation(
             reasons=tuple(reasons),
         )
 
+    if unsure and action is Action.rollback:
+        reasons.append(
+            f"confidence {diagnosis.confidence:.2f} is below the floor {confidence_floor:.2f}: "
+            "a rollback discards training progress and skips data, so a human confirms the "
+            "diagnosis first"
+        )
+        return Plan(
+            action=Action.investigate, origin_node=origin, page_oncall=True, reasons=tuple(reasons)
+        )
+
     if failure_streak >= crash_loop_after:
         seen = f" (diagnosed as {', '.join(streak_categories)})" if streak_categories else ""
         reasons.append(
@@ -138,12 +154,26 @@ def plan_remediation(
     drain: tuple[str, ...] = ()
     locate = False
     if action in (Action.isolate_and_retry, Action.locate_and_retry):
-        if origin is not None and diagnosis.category not in (Category.Hang,):
-            drain = (origin,)
-            reasons.append(f"origin node {origin} proven by the evidence: drain it")
-        else:
+        if origin is None or diagnosis.category is Category.Hang:
             locate = True
             reasons.append("no proven origin node: pair-test the job's nodes to find it")
+        elif diagnosis.symptom_only:
+            locate = True
+            reasons.append(
+                f"the evidence on {origin} is a symptom (what the other ranks see when something "
+                "broke elsewhere), not a cause: no node is drained on it; pair-test the job's "
+                "nodes to find the origin"
+            )
+        elif unsure:
+            locate = True
+            reasons.append(
+                f"confidence {diagnosis.confidence:.2f} is below the floor "
+                f"{confidence_floor:.2f}: {origin} is not drained on this evidence; pair-test "
+                "the job's nodes to prove or clear it"
+            )
+        else:
+            drain = (origin,)
+            reasons.append(f"origin node {origin} proven by the evidence: drain it")
 
     spec_changes: dict[str, int] = {}
     if action is Action.retry_with_changes:

@@ -29,6 +29,30 @@ def kernel_log_state(facts: dict[str, object]) -> str:
     return f"UNREADABLE: {facts.get('kernel_error') or f'rc {rc}'}"
 
 
+def why_this_diagnosis(diagnosis: Diagnosis) -> list[str]:
+    """Why the winner beat each rival explanation the logs offered, and what it rests on."""
+    lines = ["## Why this diagnosis", ""]
+    if diagnosis.symptom_only:
+        lines += [
+            "The evidence is only symptoms (what the other ranks see when something broke "
+            "elsewhere) or none: it names no node to drain.",
+            "",
+        ]
+    if not diagnosis.rivals:
+        lines.append(f"No rival explanation: every matching line points at {diagnosis.category}.")
+        return lines
+    lines += [
+        f"| rival | score | strongest line | why {diagnosis.category} won |",
+        "|---|---|---|---|",
+    ]
+    for rival in diagnosis.rivals:
+        lines.append(
+            f"| {rival.category} | {rival.score:.2f} | {cell(rival.where)} "
+            f"(`{cell(rival.signature)}`) | {cell(rival.reason)} |"
+        )
+    return lines
+
+
 def triage_report(
     *,
     job: JobInfo,
@@ -61,6 +85,7 @@ def triage_report(
     ]
     if rem.hints:
         lines += ["", "Hints: " + "; ".join(f"`{h}`" for h in rem.hints)]
+    lines += ["", *why_this_diagnosis(diagnosis)]
     lines += ["", "## Evidence", ""]
     # A line read by two signatures (Xid 79 and "fallen off the bus") is shown once, with
     # both names.

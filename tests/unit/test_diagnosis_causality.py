@@ -1,0 +1,288 @@
+"""Causes over consequences, by a causal model and not by line order (issue 15, point 3),
+and the failure classes frameworks print in many ways (hangs, loss-scale collapse, NaN,
+node loss as control planes report it)."""
+
+from __future__ import annotations
+
+from support.builders import job_info
+
+from trainmedic.core.taxonomy import Action, Category
+from trainmedic.decisions.remediation import plan_remediation
+from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
+from trainmedic.reports.triage import triage_report
+
+
+def timeout(rank: int, seq: int = 812) -> str:
+    return (
+        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
+        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+    )
+
+
+# ----------------------------------------------------------------------------- fallout
+
+
+def test_a_hardware_fault_outranks_the_socket_error_printed_before_it() -> None:
+    """ENOTCONN on one rank a second before the NVLink fault on another: the NVLink fault is
+    the cause, the socket error its fallout (and the storage signature no longer takes a bare
+    ENOTCONN for a FUSE mount)."""
+    sources = [
+        LogSource.from_lines(
+            "rank-00000.node001.err",
+            [
+                "[2026-12-02 14:00:01] terminate called after throwing an instance of "
+                "'std::system_error'",
+                "[2026-12-02 14:00:01]   what():  Transport endpoint is not connected",
+                "[2026-12-02 14:00:01] RuntimeError: Connection reset by peer",
+            ],
+        ),
+        LogSource.from_lines(
+            "rank-00004.node002.err",
+            [
+                "[2026-12-02 14:00:02] RuntimeError: CUDA error: uncorrectable NVLink error "
+                "detected during the execution"
+            ],
+        ),
+    ]
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.NVLinkError
+    assert suspect_hosts(diagnosis) == ["node002"]
+    assert not diagnosis.symptom_only
+    (network,) = [r for r in diagnosis.rivals if r.category is Category.NetworkError]
+    assert network.reason.startswith("fallout of NVLinkError")
+    assert network.where.startswith("rank-00000.node001.err:")
+
+
+def test_an_nccl_error_printed_first_is_the_fallout_of_a_gpu_fault() -> None:
+    sources = [
+        LogSource.from_lines(
+            "rank-00000.node001.err",
+            [
+                "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1333, "
+                "unhandled system error (run with NCCL_DEBUG=INFO for details)"
+            ],
+        ),
+        LogSource.from_lines(
+            "node007-dmesg.log",
+            ["GPU 0000:3b:00.0: row remapping failure detected, GPU needs to be replaced"],
+        ),
+    ]
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.ECCError  # 0.8 beats 0.85: fallout is no rival
+    assert suspect_hosts(diagnosis) == ["node007"]
+
+
+def test_the_nccl_cascade_is_searched_for_its_initiator() -> None:
+    """Timeouts on every rank, an NCCL error that only wraps a CUDA failure on one: the CUDA
+    failure on that rank started it."""
+    sources = [LogSource.from_lines(f"rank-0000{r}.node00{r}.err", [timeout(r)]) for r in (0, 1, 3)]
+    sources.append(
+        LogSource.from_lines(
+            "rank-00002.node002.err",
+            [
+                "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:268, "
+                "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                "ncclUnhandledCudaError: Call to CUDA function failed.",
+                "Last error:",
+                "Cuda failure 'initialization error'",
+            ],
+        )
+    )
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.CUDAError
+    assert suspect_hosts(diagnosis) == ["node002"]
+    reasons = {r.category: r.reason for r in diagnosis.rivals}
+    assert reasons[Category.NCCLError].startswith("fallout of CUDAError")
+    assert reasons[Category.NCCLTimeout].startswith("fallout of CUDAError")
+
+
+def test_teardown_and_oom_lines_are_not_cuda_faults() -> None:
+    teardown = [
+        "node2:24881:25569 [0] proxy.cc:1519 NCCL WARN [Proxy Service 3] Failed to execute "
+        "operation Setup from rank 3, retcode 1",
+        "node2:24881:25569 [0] include/alloc.h:243 NCCL WARN Cuda failure 'driver shutting down'",
+    ]
+    assert diagnose([LogSource.from_lines("a.log", teardown)]).category is Category.NCCLError
+    oom = [
+        "ng1:30:66 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote "
+        "peer ng1-ib<51159>",
+        "ng1:30:66 [0] proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId=0x55",
+        "ng1:31:67 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("b.log", oom)])
+    assert diagnosis.category is Category.CUDAOutOfMemory
+    assert diagnosis.root_cause_host == "ng1 GPU 3"
+
+
+# ----------------------------------------------------------------------------- symptoms
+
+
+def test_symptom_only_evidence_names_no_node_to_drain() -> None:
+    job = job_info(nodes=("node001", "node002"), gpus_per_node=4)
+    diagnosis = diagnose([LogSource.from_lines("x.log", [timeout(5)])])
+    assert diagnosis.category is Category.NCCLTimeout
+    assert diagnosis.root_cause_host == "rank 5"  # where it was seen, for the report
+    assert diagnosis.symptom_only
+    plan = plan_remediation(diagnosis, job)
+    assert plan.drain == () and plan.locate and plan.restart
+    assert any("is a symptom" in reason for reason in plan.reasons)
+
+
+def test_a_lone_sigkill_is_not_host_oom_but_corroborates_a_kernel_oom() -> None:
+    killed = "srun: error: node003: task 5: Killed"
+    alone = diagnose([LogSource.from_lines("slurm-42.out", [killed])])
+    assert alone.category is Category.Unknown
+    assert alone.root_cause_host == "node003"  # the place stays known
+    assert alone.rivals[0].category is Category.HostOOM
+    assert "only corroborates" in alone.rivals[0].reason
+    plan = plan_remediation(alone, job_info(nodes=("node003",)))
+    assert plan.drain == () and not plan.restart and plan.page_oncall
+    oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=42.0. Some of the step tasks"
+    proven = diagnose([LogSource.from_lines("slurm-42.out", [oom, killed])])
+    assert proven.category is Category.HostOOM
+    assert "killed-alone" in [e.signature for e in proven.evidence]
+    evicted = "Warning  Evicted  pod/trainer-0  The node was low on resource: memory."
+    assert diagnose([LogSource.from_lines("k.log", [evicted])]).category is Category.HostOOM
+
+
+# ----------------------------------------------------------------------------- classes
+
+
+def test_hang_detectors_beat_the_timeouts_they_cause() -> None:
+    monitor = (
+        "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! "
+        "Process will be terminated after dumping debug info. workMetaList_.size()=103"
+    )
+    diagnosis = diagnose([LogSource.from_lines("a.log", [timeout(1), monitor])])
+    assert diagnosis.category is Category.Hang
+    barrier = "RuntimeError: [Rank 0]: Ranks 3 failed to pass monitoredBarrier in 30000 ms"
+    diagnosis = diagnose([LogSource.from_lines("b.log", [barrier])])
+    assert diagnosis.category is Category.Hang
+    assert diagnosis.root_cause_host == "rank 3"  # the rank that never arrived
+
+
+def test_a_stack_dump_is_a_hang_unless_a_crash_explains_it() -> None:
+    dump = [
+        'Thread 4888 (idle): "MainThread"',
+        "    backward (torch/autograd/__init__.py:289)",
+        "Thread 8287 (active)",
+        "    all_gather_into_tensor (torch/distributed/distributed_c10d.py:2709)",
+    ]
+    assert diagnose([LogSource.from_lines("spy.txt", dump)]).category is Category.Hang
+    crash = [
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f57caf71740 (most recent call first):",
+        '  File "train.py", line 95 in step',
+    ]
+    assert diagnose([LogSource.from_lines("crash.txt", crash)]).category is Category.CUDAError
+
+
+def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
+    quiet = [
+        f"gpu1505:22060:22171 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via NET/IB/0"
+        for i in range(8)
+    ]
+    diagnosis = diagnose([LogSource.from_lines("gpu1505.log", quiet)])
+    assert diagnosis.category is Category.Hang
+    assert diagnosis.symptom_only and diagnosis.root_cause_host is None
+    assert diagnosis.confidence < 0.5
+    ended = [*quiet, "RuntimeError: something else broke"]
+    assert diagnose([LogSource.from_lines("x.log", ended)]).category is not Category.Hang
+
+
+def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> None:
+    overflow = [
+        f"[2024-09-11 17:52:{i:02d},030] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+        f"OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {2 ** (20 - i)}, reducing to "
+        f"{2 ** (19 - i)}"
+        for i in range(6)
+    ]
+    diagnosis = diagnose([LogSource.from_lines("a.log", overflow)])
+    assert diagnosis.category is Category.LossSpike
+    assert diagnosis.evidence[0].signature == "loss-scale-collapse"
+    fairseq = [f"| WARNING: overflow detected, setting loss scale to: {0.5**k}" for k in (9, 10)]
+    assert diagnose([LogSource.from_lines("f.log", fairseq)]).category is Category.LossSpike
+    settled = [
+        *overflow,
+        *(
+            f" iteration {i} | lm loss: 2.1E+00 | loss scale: 16384.0 | grad norm: 0.8 |"
+            for i in range(10)
+        ),
+    ]
+    assert diagnose([LogSource.from_lines("b.log", settled)]).category is not Category.LossSpike
+    floor = "Exception: Current loss scale already at minimum - cannot decrease scale anymore."
+    assert diagnose([LogSource.from_lines("c.log", [floor])]).category is Category.LossSpike
+
+
+def test_nan_as_frameworks_print_it() -> None:
+    for line in (
+        "2023-03-22 09:32:52 iter 3010: loss nan, time 1019.95ms, mfu 14.12%",
+        "RuntimeError: Function 'LogSoftmaxBackward' returned nan values in its 0th output.",
+        "AssertionError: Rank 11: found NaN in local grad norm in backward pass before "
+        "data-parallel communication collective. Device: 3",
+        "FloatingPointError: Loss became infinite or NaN at iteration=5593!",
+    ):
+        assert diagnose([LogSource.from_lines("n.log", [line])]).category is Category.NaNLoss
+
+
+def test_node_loss_as_control_planes_report_it() -> None:
+    ray = (
+        "The node with node id: 75b2eec8 and ip: 10.4.4.107 has been marked dead because the "
+        "detector has missed too many heartbeats from it."
+    )
+    diagnosis = diagnose([LogSource.from_lines("gcs.log", [ray])])
+    assert diagnosis.category is Category.NodeFailure
+    assert diagnosis.root_cause_host == "10.4.4.107"
+    k8s = [
+        "$ kubectl describe node gke-pool-6srl",
+        "  Ready   Unknown   NodeStatusUnknown   Kubelet stopped posting node status.",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("k.log", k8s)])
+    assert diagnosis.category is Category.NodeFailure
+    assert diagnosis.root_cause_host == "gke-pool-6srl"
+    # Its peers' connection resets are its fallout, whatever their weight.
+    peers = [ray, "RuntimeError: Connection reset by peer", timeout(2)]
+    assert diagnose([LogSource.from_lines("j.log", peers)]).category is Category.NodeFailure
+
+
+def test_ib_completion_errors_place_the_side_they_belong_to() -> None:
+    remote = (
+        "node023:10214:10303 [0] transport/net_ib.cc:1909 NCCL WARN NET/IB : Got completion "
+        "from peer 10.1.3.201<33057> with status=12 opcode=0 len=0 vendor err 129"
+    )
+    diagnosis = diagnose([LogSource.from_lines("job.log", [remote])])
+    assert diagnosis.category is Category.NetworkError
+    assert "10.1.3.201" in (diagnosis.root_cause_host or "")
+    local = remote.replace("status=12", "status=4")
+    diagnosis = diagnose([LogSource.from_lines("job.log", [local])])
+    assert diagnosis.root_cause_host == "node023 GPU 0"
+
+
+def test_the_report_says_why_the_winner_beat_each_rival() -> None:
+    sources = [
+        LogSource.from_lines(
+            "rank-00000.node001.err", ["RuntimeError: Connection reset by peer", timeout(0)]
+        ),
+        LogSource.from_lines(
+            "node002-dmesg.log", ["NVRM: Xid (PCI:0000:3b:00): 74, pid=9, NVLink fatal error"]
+        ),
+    ]
+    diagnosis = diagnose(sources)
+    job = job_info(nodes=("node001", "node002"))
+    plan = plan_remediation(diagnosis, job)
+    assert plan.action is Action.isolate_and_retry and plan.drain == ("node002",)
+    text = triage_report(
+        job=job,
+        diagnosis=diagnosis,
+        plan=plan,
+        actions=[],
+        checkpoint=None,
+        new_job=None,
+        diagnostics=None,
+        dry_run=True,
+    )
+    assert "## Why this diagnosis" in text
+    assert "| NetworkError |" in text and "fallout of NVLinkError" in text
+    assert "| NCCLTimeout |" in text
