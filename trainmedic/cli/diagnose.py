@@ -34,7 +34,12 @@ def register(add: AddCommand) -> None:
     )
     parser.add_argument("logfiles", nargs="+", metavar="LOGFILE", help="log file, '-' = stdin")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--telemetry", metavar="URL", help="DCGM/Prometheus /metrics URL")
+    parser.add_argument(
+        "--telemetry",
+        metavar="URL",
+        help="DCGM/Prometheus /metrics URL (one scrape: its counters are lifetime totals, "
+        "never evidence; temperatures are)",
+    )
     parser.add_argument("--exit-code", type=int, default=None, help="the job's exit code")
     parser.add_argument(
         "--heartbeat-age", type=float, default=None, metavar="S", help="seconds since progress"
