@@ -286,3 +286,21 @@ def test_the_report_says_why_the_winner_beat_each_rival() -> None:
     assert "## Why this diagnosis" in text
     assert "| NetworkError |" in text and "fallout of NVLinkError" in text
     assert "| NCCLTimeout |" in text
+
+
+def test_the_desync_report_names_the_cascades_initiator_but_drains_nothing() -> None:
+    report = [
+        timeout(0, 241),
+        "[rank0]:[E515 18:36:47.343377708 ProcessGroupNCCL.cpp:1937] Rank 0",
+        "         - [0] Timeout at collective: ALLREDUCE, #315",
+        "         - To our best knowledge, the lagging/dead/mismatched ranks that caused the "
+        "desync are:",
+        "             [7] finished collective #182, but didn't join collective #183 (count from 1)",
+        *(timeout(r, 241) for r in (1, 2, 3)),
+    ]
+    diagnosis = diagnose([LogSource.from_lines("rank-00000.out", report)])
+    assert diagnosis.category is Category.NCCLTimeout
+    assert diagnosis.root_cause_host == "rank 7"
+    assert diagnosis.symptom_only
+    plan = plan_remediation(diagnosis, job_info(nodes=("node001", "node002"), gpus_per_node=4))
+    assert plan.drain == () and plan.locate
