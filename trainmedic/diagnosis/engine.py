@@ -321,7 +321,12 @@ def _root_cause_host(winner: Candidate, hits: Sequence[Hit]) -> str | None:
         hot = _locations([h for h in context if h.file == "telemetry"])
         if hot:
             return ", ".join(hot[:MAX_LOCATIONS])
-        symptom_places = _locations([h for h in winner.hits if h.signature.role is Role.symptom])
+        symptoms = [h for h in winner.hits if h.signature.role is Role.symptom]
+        # The cascade's initiator, where a line names it (a desync report's lagging rank).
+        named = _locations([h for h in symptoms if h.signature.regex.groupindex])
+        if len(named) == 1:
+            return named[0]
+        symptom_places = _locations(symptoms)
         return symptom_places[0] if len(symptom_places) == 1 else None
     places = _locations([h for h in winner.hits if h.signature.role is Role.cause])
     if not places:
