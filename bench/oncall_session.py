@@ -25,6 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from support.ports import free_port  # noqa: E402
 from support.receiver import Receiver, receiving  # noqa: E402
+from support.waits import wait_until as wait  # noqa: E402
 
 CLI = str(ROOT / ".venv" / "bin" / "trainmedic")
 CLOCK = {"fault": 0.0}  # when the fault was injected (0: not yet)
@@ -48,16 +49,6 @@ def run(env: dict[str, str], *argv: str, show: bool = True) -> str:
     if done.returncode not in (0, 4):
         raise SystemExit(f"exit {done.returncode}")
     return done.stdout
-
-
-def wait(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
 def main() -> int:

@@ -34,8 +34,10 @@ from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import (
+    ActionRecord,
     IsolationOutcome,
     JobId,
+    JobInfo,
     NodeName,
     NodeState,
     PairResult,
@@ -106,16 +108,21 @@ class LocateRequest(BaseModel):
     @field_validator("nodes", mode="before")
     @classmethod
     def _expand(cls, value: object) -> object:
-        # One expression, or a list of names and expressions: all end up as plain names.
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            return value
-        names: list[str] = []
-        for item in items:
-            if not isinstance(item, str):
-                raise InputError("nodes", item, "not a node name or host list")
-            names.extend(validate.expand_nodelist(item))
-        return check_nodes(dict.fromkeys(names))
+        return node_names(value)
+
+
+def node_names(value: object) -> object:
+    """A request's ``nodes``: one expression, or a list of names and expressions, all become
+    plain names, checked once (the form and the deployment schema take either)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        return value
+    names: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise InputError("nodes", item, "not a node name or host list")
+        names.extend(validate.expand_nodelist(item))
+    return check_nodes(dict.fromkeys(names))
 
 
 class LocateResult(BaseModel):
@@ -367,3 +374,33 @@ def locate_faulty_nodes(request: LocateRequest) -> LocateResult:
         flow_run_id=run_id,
         report_key=key,
     )
+
+
+def pair_test_job_nodes(
+    job: JobInfo, *, dry_run: bool, slow_ratio: float | None = None
+) -> tuple[LocateResult, list[ActionRecord]]:
+    """Triage's locate over a failed (or slow) job's own nodes, isolating what it convicts
+    under the policy: the result and the actions for the report (the pair test's line, then
+    the isolation's)."""
+    settings = get_settings()
+    located = locate_faulty_nodes(
+        LocateRequest(
+            nodes=list(job.nodes),
+            job_id=job.job_id,
+            isolate=True,
+            approval_timeout_s=settings.approval_timeout_s,
+            dry_run=dry_run,
+            **({"slow_ratio": slow_ratio} if slow_ratio is not None else {}),
+        )
+    )
+    actions = [
+        ActionRecord(
+            what="pair test",
+            target=validate.compress_nodelist(job.nodes),
+            outcome=f"faulty {located.faulty or 'none'}, slow {located.slow or 'none'} "
+            f"({located.rounds} rounds, {located.tests_run} tests)",
+        )
+    ]
+    if located.isolation is not None:
+        actions.extend(located.isolation.actions)
+    return located, actions

@@ -17,14 +17,12 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flows.isolate import isolate
-from flows.locate import LocateRequest, locate_faulty_nodes
+from flows.locate import LocateRequest, locate_faulty_nodes, node_names
 from flows.tasks import collect_node_diagnostics
-from trainmedic.core import validate
 from trainmedic.core.models import ActionRecord
 from trainmedic.core.settings import get_settings
 from trainmedic.decisions.preflight import NodeFitness, node_fitness
 from trainmedic.diagnosis.engine import HOT_GPU_C
-from trainmedic.locate import check_nodes
 from trainmedic.reports.common import actions_table
 
 
@@ -42,11 +40,7 @@ class PreflightRequest(BaseModel):
     @field_validator("nodes", mode="before")
     @classmethod
     def _expand(cls, value: object) -> object:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            return value
-        names = [n for item in items for n in validate.expand_nodelist(str(item))]
-        return check_nodes(dict.fromkeys(names))
+        return node_names(value)
 
 
 class PreflightResult(BaseModel):

@@ -15,7 +15,7 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 from pydantic import BaseModel
 
-from flows.locate import LocateRequest, locate_faulty_nodes
+from flows.locate import pair_test_job_nodes
 from flows.tasks import (
     fetch_telemetry,
     request_checkpoint,
@@ -29,7 +29,6 @@ from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import ActionRecord, Checkpoint, JobInfo, JobState
 from trainmedic.core.settings import get_settings
-from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.attempts import exclusions
 from trainmedic.diagnosis.engine import HOT_GPU_C
 from trainmedic.reports.recovery import fail_slow_report
@@ -74,26 +73,8 @@ def remediate_slow(job: JobInfo, dry_run: bool) -> SlowOutcome:
         saved = wait_for_checkpoint(job, before.step if before else -1, SAVE_TIMEOUT_S)
     actions.append(stop_job(job, f"trainmedic triage {run_name}: fail-slow", dry_run))
 
-    located = locate_faulty_nodes(
-        LocateRequest(
-            nodes=list(job.nodes),
-            job_id=job.job_id,
-            isolate=True,
-            slow_ratio=settings.slow_pair_ratio,
-            approval_timeout_s=settings.approval_timeout_s,
-            dry_run=dry_run,
-        )
-    )
-    actions.append(
-        ActionRecord(
-            what="pair test",
-            target=compress_nodelist(job.nodes),
-            outcome=f"faulty {located.faulty or 'none'}, slow {located.slow or 'none'} "
-            f"({located.rounds} rounds, {located.tests_run} tests)",
-        )
-    )
-    if located.isolation is not None:
-        actions.extend(located.isolation.actions)
+    located, tested = pair_test_job_nodes(job, dry_run=dry_run, slow_ratio=settings.slow_pair_ratio)
+    actions.extend(tested)
 
     scheduler = get_scheduler()
     # Without the convicted nodes, even where a human declined their drain.

@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.isolate import isolate
-from flows.locate import LocateRequest, locate_faulty_nodes
+from flows.locate import pair_test_job_nodes
 from flows.rollback import RollbackRequest, roll_back
 from flows.slow import remediate_slow
 from flows.tasks import (
@@ -47,7 +47,6 @@ from trainmedic.core.models import (
 )
 from trainmedic.core.settings import get_settings
 from trainmedic.core.taxonomy import Action
-from trainmedic.core.validate import compress_nodelist
 from trainmedic.decisions.admission import Admission
 from trainmedic.decisions.attempts import attempts_so_far, failure_categories, failure_streak
 from trainmedic.decisions.corrections import apply_corrections
@@ -333,26 +332,9 @@ def _triage(request: TriageRequest) -> TriageResult:
         actions.extend(outcome.actions)
     exclude = list(plan.exclude)
     if plan.locate:
-        located = locate_faulty_nodes(
-            LocateRequest(
-                nodes=list(job.nodes),
-                job_id=job.job_id,
-                isolate=True,
-                approval_timeout_s=settings.approval_timeout_s,
-                dry_run=request.dry_run,
-            )
-        )
+        located, tested = pair_test_job_nodes(job, dry_run=request.dry_run)
         found = [*located.faulty, *located.slow]
-        actions.append(
-            ActionRecord(
-                what="pair test",
-                target=compress_nodelist(job.nodes),
-                outcome=f"faulty {located.faulty or 'none'}, slow {located.slow or 'none'} "
-                f"({located.rounds} rounds, {located.tests_run} tests)",
-            )
-        )
-        if located.isolation is not None:
-            actions.extend(located.isolation.actions)
+        actions.extend(tested)
         # Excluded from the resubmission even when a human declined the drain.
         exclude = sorted({*exclude, *found})
 
