@@ -5,8 +5,10 @@ simulated cluster with its DCGM exporter."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
@@ -60,19 +62,22 @@ def test_an_overheating_node_is_found_by_its_slowness_drained_and_the_job_moved(
     assert found.slowdown.ratio >= 2 and f"{hot} GPU 2 at 96 C" in found.hot_gpus
     assert scheduler.job(job.job_id).state is JobState.RUNNING  # no error anywhere
 
+    reached = json.loads(Path(job.heartbeat_path).read_text())["step"]
     result = triage(TriageRequest(job_id=job.job_id, event="job.slow"))
     assert result.category == "fail-slow" and result.drained == [hot]
     assert scheduler.job(job.job_id).state is JobState.CANCELLED
     new = scheduler.job(result.new_job_id)
     assert hot not in new.nodes and new.spec.resume_from_step == result.checkpoint_step
     assert {n.name: n.state for n in scheduler.nodes()}[hot] is NodeState.DRAINED
-    # The checkpoint was saved on request, at the slow step it reached, not the last periodic one.
-    assert result.checkpoint_step is not None and result.checkpoint_step % 50 != 0
+    # The checkpoint was saved on request, at the slow step it had reached (or later), not the
+    # last periodic one before it; the report says so.
+    assert result.checkpoint_step is not None and result.checkpoint_step >= reached
     with get_client(sync_client=True) as client:
         (artifact,) = client.read_artifacts(
             artifact_filter=ArtifactFilter(id=ArtifactFilterId(any_=[result.report_id]))
         )
     assert f"{hot} GPU 2 at 96 C" in artifact.data and "slow" in artifact.data
+    assert f"checkpoint saved before the stop: step {result.checkpoint_step}" in artifact.data
 
     # A replay of the event now starts nothing: the job was already moved.
     again = triage(TriageRequest(job_id=job.job_id, event="job.slow"))
