@@ -17,6 +17,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.incident import (
+    claim_incident,
+    close_incident,
+    decide_incident,
+    locate_incident,
+    wait_for_decisions,
+)
 from flows.isolate import isolate
 from flows.locate import pair_test_job_nodes
 from flows.rollback import RollbackRequest, roll_back
@@ -53,8 +60,9 @@ from trainmedic.decisions.corrections import apply_corrections
 from trainmedic.decisions.remediation import Plan, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose, site_catalogue
 from trainmedic.diagnosis.freshness import split_kernel_lines
-from trainmedic.reports.triage import triage_report
+from trainmedic.reports.triage import incident_report, triage_report
 from trainmedic.state import Ledgers
+from trainmedic.state.records import Incident
 
 
 class TriageRequest(BaseModel):
@@ -88,6 +96,9 @@ class TriageResult(BaseModel):
     not_handled: str | None = None
     # Set when the run left the decision to a human (paged, owner told, guard refused...).
     human_needed: str | None = None
+    # Set when the job failed in a storm with others: the incident this run handled them in.
+    incident_id: str | None = None
+    incident_jobs: list[str] = []
 
 
 @task(name="classify-failure", cache_policy=NO_CACHE)
@@ -266,35 +277,69 @@ def triage(request: TriageRequest) -> TriageResult:
 
 
 def _triage(request: TriageRequest) -> TriageResult:
-    settings = get_settings()
-    logger = get_run_logger()
     job = load_job(request.job_id)
     admission = admit_event(job, request.event, request.occurred)
     if not admission.admitted:
         return _not_handled(job, admission)
     if request.event == "job.slow":
         return _fail_slow(job, request)
-    logger.info(
-        "triage of job %s (%s): %s on %s", job.job_id, request.event, job.state, ",".join(job.nodes)
-    )
+    # In a storm, the first run claims every failure linked to this one; the others end here.
+    claim = claim_incident(job, manual=request.event == "manual", dry_run=request.dry_run)
+    if claim.handled_by is not None:
+        handled = claim.handled_by
+        return _not_handled(
+            job,
+            Admission(
+                admitted=False,
+                kind="duplicate",
+                why=f"job {job.job_id} is in incident {handled.incident_id}, handled by run "
+                f"{handled.leader}",
+            ),
+        )
+    assert claim.incident is not None
+    results = _remediate(claim.jobs, claim.incident, request)
+    return results[0]
 
-    log_files = fetch_job_logs(job)
-    diagnostics = collect_node_diagnostics(list(job.nodes), request.dry_run) if job.nodes else None
-    # Counters as their increase since the job started: a lifetime total is history.
-    telemetry = fetch_telemetry(list(job.nodes), since=job.submitted_at)
+
+class _Case(BaseModel):
+    """One job of the incident: what it was diagnosed as and the plan for it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    job: JobInfo
+    diagnosis: Diagnosis
+    plan: Plan
+    diagnostics: PlaybookResult | None = None  # its own nodes' part of the incident's
+    actions: list[ActionRecord] = []
+    checkpoint: Checkpoint | None = None
+    new_job: JobInfo | None = None
+
+
+def _diagnose(
+    job: JobInfo, diagnostics: PlaybookResult | None, telemetry: list[GpuTelemetry], dry_run: bool
+) -> _Case:
+    """Classify one job from its logs and its own nodes' evidence, and plan its remediation."""
+    settings = get_settings()
+    own = set(job.nodes)
+    if diagnostics is not None:
+        diagnostics = diagnostics.model_copy(
+            update={
+                "hosts": {h: o for h, o in diagnostics.hosts.items() if h in own},
+                "facts": {h: f for h, f in diagnostics.facts.items() if h in own},
+            }
+        )
     diagnosis = classify_failure(
         job,
-        log_files,
+        fetch_job_logs(job),
         diagnostics,
-        telemetry,
+        [t for t in telemetry if t.host in own],
         heartbeat_age_s=_heartbeat_age(job),
         hang_after_s=settings.hang_timeout_s,
     )
-
     scheduler = get_scheduler()
     history = scheduler.jobs()
     ledger = Ledgers(settings.home).diagnoses
-    if not request.dry_run:
+    if not dry_run:
         ledger.record(job.job_id, str(diagnosis.category))
     categories = {**ledger.categories(), job.job_id: str(diagnosis.category)}
     plan = plan_remediation(
@@ -308,80 +353,173 @@ def _triage(request: TriageRequest) -> TriageResult:
         streak_categories=failure_categories(job, history, categories),
         confidence_floor=settings.confidence_floor,
     )
+    return _Case(job=job, diagnosis=diagnosis, plan=plan, diagnostics=diagnostics)
 
-    actions: list[ActionRecord] = []
+
+def _remediate(
+    jobs: list[JobInfo], incident: Incident, request: TriageRequest
+) -> list[TriageResult]:
+    """The runbook over the incident's jobs (usually one): one node-diagnostics playbook over
+    all their nodes, a diagnosis and plan per job, one isolation decision, then each job
+    resubmitted. Results in the order of ``jobs``."""
+    settings = get_settings()
+    logger = get_run_logger()
+    dry_run = request.dry_run
+    seed = jobs[0]
+    logger.info(
+        "triage of job %s (%s): %s on %s",
+        seed.job_id,
+        request.event,
+        seed.state,
+        ",".join(seed.nodes),
+    )
+    nodes = sorted({n for j in jobs for n in j.nodes})
+    diagnostics = collect_node_diagnostics(nodes, dry_run) if nodes else None
+    # Counters as their increase since the job started: a lifetime total is history.
+    telemetry = fetch_telemetry(nodes, since=min(j.submitted_at for j in jobs))
+    cases = [_diagnose(job, diagnostics, telemetry, dry_run) for job in jobs]
+
     run_name = flow_run.get_name() or "local"
-    restarting = plan.restart and request.restart
-    # A loss spike or NaN goes down the rollback path: an earlier checkpoint and the batches
-    # through the spike skipped, once the curve shows it (the rollback stops the job itself).
-    rolling_back = restarting and plan.action is Action.rollback
-    if restarting and not rolling_back and not job.state.finished:
-        # A hung job still holds its nodes: stop it before they are tested or reused.
-        actions.append(
-            stop_job(job, f"trainmedic triage {run_name}: {diagnosis.category}", request.dry_run)
-        )
-    if plan.drain:
+    shared: list[ActionRecord] = []
+    for case in cases:
+        if _restarting(case, request) and not _rolling_back(case) and not case.job.state.finished:
+            # A hung job still holds its nodes: stop it before they are tested or reused.
+            case.actions.append(
+                stop_job(
+                    case.job, f"trainmedic triage {run_name}: {case.diagnosis.category}", dry_run
+                )
+            )
+    # One isolation decision for every proven origin of the incident.
+    drains = {n: str(c.diagnosis.category) for c in cases for n in c.plan.drain}
+    if drains:
         outcome = isolate(
-            dict.fromkeys(plan.drain, str(diagnosis.category)),
+            drains,
             runbook="triage",
             evidence="in the job logs",
             approval_timeout_s=settings.approval_timeout_s,
-            job_id=job.job_id,
-            dry_run=request.dry_run,
+            job_id=seed.job_id if len(jobs) == 1 else None,
+            dry_run=dry_run,
         )
-        actions.extend(outcome.actions)
-    exclude = list(plan.exclude)
-    if plan.locate:
-        located, tested = pair_test_job_nodes(job, dry_run=request.dry_run)
-        found = [*located.faulty, *located.slow]
-        actions.extend(tested)
+        shared.extend(outcome.actions)
+    exclude = sorted({n for c in cases for n in c.plan.exclude})
+    to_locate = [c for c in cases if c.plan.locate]
+    switches: list[str] = []
+    if len(jobs) == 1 and to_locate:
+        located, tested = pair_test_job_nodes(seed, dry_run=dry_run)
+        shared.extend(tested)
         # Excluded from the resubmission even when a human declined the drain.
-        exclude = sorted({*exclude, *found})
-
-    checkpoint: Checkpoint | None = None
-    new_job: JobInfo | None = None
-    if rolling_back:
-        rolled_back, checkpoint, new_job = _roll_back(job, request.dry_run)
-        actions.append(rolled_back)
-    elif restarting:
-        checkpoint = choose_checkpoint(job)
-        new_job, restarted = restart_from(
-            job,
-            checkpoint,
-            exclude=exclude,
-            changes=dict(plan.spec_changes),
-            dry_run=request.dry_run,
+        exclude = sorted({*exclude, *located.faulty, *located.slow})
+    elif to_locate:
+        # No origin proven for these jobs: one pair test over all their nodes.
+        found = locate_incident(
+            incident,
+            sorted({n for c in to_locate for n in c.job.nodes}),
+            exclude=set(drains),
+            dry_run=dry_run,
         )
-        actions.extend(restarted)
-    if not request.dry_run:
-        actions.extend(_tell_humans(job, diagnosis, plan))
+        shared.extend(found.actions)
+        switches = sorted(found.switches)
+        exclude = sorted({*exclude, *found.faulty, *found.held})
+    incident = decide_incident(incident, switches, dry_run)
 
+    for case in cases:
+        _restart(case, exclude, incident, request)
+        if not dry_run:
+            case.actions.extend(_tell_humans(case.job, case.diagnosis, case.plan))
+    if len(jobs) > 1:
+        create_markdown_artifact(
+            key=f"incident-{incident.incident_id}",
+            markdown=incident_report(
+                incident=incident,
+                cases=[(c.job, c.diagnosis, c.new_job) for c in cases],
+                actions=shared,
+                dry_run=dry_run,
+            ),
+            description=f"Incident {incident.incident_id}: {len(jobs)} jobs",
+        )
+    close_incident(incident, dry_run)
+    return [_report(case, shared, incident, request) for case in cases]
+
+
+def _restarting(case: _Case, request: TriageRequest) -> bool:
+    return case.plan.restart and request.restart
+
+
+def _rolling_back(case: _Case) -> bool:
+    # A loss spike or NaN goes down the rollback path: an earlier checkpoint and the batches
+    # through the spike skipped, once the curve shows it (the rollback stops the job itself).
+    return case.plan.action is Action.rollback
+
+
+def _restart(case: _Case, exclude: list[str], incident: Incident, request: TriageRequest) -> None:
+    if not _restarting(case, request):
+        return
+    if not request.dry_run:
+        # A node shared with another undecided incident may be about to be drained.
+        wait_for_decisions(case.job, incident)
+    if _rolling_back(case):
+        rolled_back, case.checkpoint, case.new_job = _roll_back(case.job, request.dry_run)
+        case.actions.append(rolled_back)
+        return
+    case.checkpoint = choose_checkpoint(case.job)
+    case.new_job, restarted = restart_from(
+        case.job,
+        case.checkpoint,
+        exclude=exclude,
+        changes=dict(case.plan.spec_changes),
+        dry_run=request.dry_run,
+    )
+    case.actions.extend(restarted)
+
+
+def _report(
+    case: _Case,
+    shared: list[ActionRecord],
+    incident: Incident,
+    request: TriageRequest,
+) -> TriageResult:
+    job = case.job
+    actions = (
+        [*case.actions[:1], *shared, *case.actions[1:]]
+        if _stopped(case)
+        else [
+            *shared,
+            *case.actions,
+        ]
+    )
     key = f"triage-{job.job_id}"
     report_id = create_markdown_artifact(
         key=key,
         markdown=triage_report(
             job=job,
-            diagnosis=diagnosis,
-            plan=plan,
+            diagnosis=case.diagnosis,
+            plan=case.plan,
             actions=actions,
-            checkpoint=checkpoint,
-            new_job=new_job,
-            diagnostics=diagnostics,
+            checkpoint=case.checkpoint,
+            new_job=case.new_job,
+            diagnostics=case.diagnostics,
             dry_run=request.dry_run,
+            incident=incident if len(incident.jobs) > 1 else None,
         ),
-        description=f"Triage of job {job.job_id}: {diagnosis.category}",
+        description=f"Triage of job {job.job_id}: {case.diagnosis.category}",
     )
     return TriageResult(
         job_id=job.job_id,
-        category=str(diagnosis.category),
-        root_cause_host=diagnosis.root_cause_host,
+        category=str(case.diagnosis.category),
+        root_cause_host=case.diagnosis.root_cause_host,
         drained=[a.target for a in actions if a.what == "drain" and a.changed],
-        checkpoint_step=checkpoint.step if checkpoint else None,
-        new_job_id=new_job.job_id if new_job else None,
+        checkpoint_step=case.checkpoint.step if case.checkpoint else None,
+        new_job_id=case.new_job.job_id if case.new_job else None,
         report_key=key,
         report_id=str(report_id),
-        human_needed=_human_needed(plan, new_job is not None, request),
+        human_needed=_human_needed(case.plan, case.new_job is not None, request),
+        incident_id=incident.incident_id if len(incident.jobs) > 1 else None,
+        incident_jobs=list(incident.jobs) if len(incident.jobs) > 1 else [],
     )
+
+
+def _stopped(case: _Case) -> bool:
+    return bool(case.actions) and case.actions[0].what == "stop job"
 
 
 def _human_needed(plan: Plan, resubmitted: bool, request: TriageRequest) -> str | None:

@@ -70,12 +70,17 @@ def test_breaker_refuses_after_the_limit_until_reset(prefect_server, sim, monkey
     assert again.drained == [second.nodes[1]] and again.new_job_id
 
 
-def test_two_triages_at_once_never_both_take_the_last_slot(prefect_server, sim, policy) -> None:
+def test_two_triages_at_once_never_both_take_the_last_slot(
+    prefect_server, sim, policy, monkeypatch
+) -> None:
     """One slot left on the breaker, two jobs failing at once: exactly one destructive action
     happens across both runs (the guard's check and record are one step on the server)."""
     from flows.tasks import server_state
     from flows.triage import TriageRequest, triage
 
+    # Two separate runs racing for the slot (failing together on one switch, they would
+    # be one incident, one run and one isolation decision: tests/flows/test_flow_incident.py).
+    monkeypatch.setenv("TRAINMEDIC_INCIDENT_WINDOW_S", "0")
     policy(breaker_limit=1, min_drainable=4)
     cluster, scheduler = sim
     spec = JobSpec(name="x", nodes=2, steps=100_000, checkpoint_every=20)

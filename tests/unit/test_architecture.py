@@ -20,7 +20,7 @@ ALLOWED = {
     "diagnosis": {"core"},
     "decisions": {"core", "state", "diagnosis"},
     "locate": {"core"},
-    "reports": {"core", "decisions", "locate"},
+    "reports": {"core", "state", "decisions", "locate"},
 }
 MAX_LINES = 400
 LONGER_ALLOWED = {"adapters/scheduler/slurm.py"}

@@ -24,7 +24,7 @@ import yaml
 
 from trainmedic.core import validate
 from trainmedic.core.errors import ConfigError, InputError, PlaybookError
-from trainmedic.core.models import HostOutcome, PlaybookResult
+from trainmedic.core.models import HostOutcome, NodePlace, PlaybookResult
 from trainmedic.core.settings import REPO_ROOT, Settings, get_settings
 
 SAFE_VAR_TYPES = (bool, int, float)
@@ -37,18 +37,33 @@ class Inventory:
         self.path = Path(path)
 
     def hosts(self) -> set[str]:
+        return set(self._host_vars())
+
+    def places(self) -> dict[str, NodePlace]:
+        """The fabric as the site declares it: each host's ``trainmedic_rack`` and
+        ``trainmedic_switch`` (hosts that declare neither are left out)."""
+        places = {}
+        for host, hostvars in self._host_vars().items():
+            rack, switch = hostvars.get("trainmedic_rack"), hostvars.get("trainmedic_switch")
+            if rack or switch:
+                places[host] = NodePlace(
+                    rack=str(rack) if rack else None, switch=str(switch) if switch else None
+                )
+        return places
+
+    def _host_vars(self) -> dict[str, Mapping[str, Any]]:
         files = [self.path] if self.path.is_file() else sorted(self.path.glob("*.y*ml"))
         if not files:
             raise ConfigError(
                 f"inventory {self.path}: no hosts file (run `trainmedic sim create`?)"
             )
-        names: set[str] = set()
+        found: dict[str, Mapping[str, Any]] = {}
         for file in files:
             try:
-                _collect_hosts(yaml.safe_load(file.read_text()) or {}, names)
+                _collect_hosts(yaml.safe_load(file.read_text()) or {}, found)
             except yaml.YAMLError as exc:
                 raise ConfigError(f"inventory {file}: not valid YAML: {exc}") from exc
-        return names
+        return found
 
     def check(self, targets: Sequence[str], field: str = "nodes") -> list[str]:
         known = self.hosts()
@@ -61,12 +76,15 @@ class Inventory:
         return checked
 
 
-def _collect_hosts(group: Mapping[str, Any], names: set[str]) -> None:
+def _collect_hosts(group: Mapping[str, Any], found: dict[str, Mapping[str, Any]]) -> None:
     for key, value in group.items():
         if key == "hosts" and isinstance(value, Mapping):
-            names.update(value)
+            for host, hostvars in value.items():
+                own = hostvars if isinstance(hostvars, Mapping) else {}
+                merged = {**found.get(host, {}), **own}
+                found[host] = merged
         elif isinstance(value, Mapping):
-            _collect_hosts(value, names)
+            _collect_hosts(value, found)
 
 
 def _safe_extravars(extravars: Mapping[str, object]) -> dict[str, object]:

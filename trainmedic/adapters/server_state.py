@@ -11,7 +11,8 @@ corrections of diagnoses (every worker applies them).
   that every host reads the same: one per destructive action (``tm_action_*``, kept for the
   longest window a policy may have) and one per node trainmedic holds drained
   (``tm_drain_*``, deleted when trainmedic returns the node), and one per human
-  correction (``tm_correction_*``).
+  correction (``tm_correction_*``), and one per incident (``tm_incident_*``: a storm's jobs,
+  claimed by one run under the incident lock, kept for the action retention).
 
 Both are per cluster (``Settings.cluster``): clusters that share one Prefect server each have
 their own lock, breaker and drain records.
@@ -33,11 +34,12 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from pydantic import ValidationError
 
 from trainmedic.core.errors import ServerError
-from trainmedic.state.records import ActionEntry, Correction, DrainRecord
+from trainmedic.state.records import ActionEntry, Correction, DrainRecord, Incident
 
 __all__ = [
     "ACTION_RETENTION",
     "GUARD_LOCK",
+    "INCIDENT_LOCK",
     "ServerState",
     "drain_variable_name",
     "ensure_limit",
@@ -46,6 +48,7 @@ __all__ = [
 ]
 
 GUARD_LOCK = "trainmedic-guard"
+INCIDENT_LOCK = "trainmedic-incident"
 # No policy window may be longer (settings cap breaker and drain windows at 7 days).
 ACTION_RETENTION = timedelta(days=7)
 GUARD_WAIT_S = 300
@@ -115,6 +118,7 @@ class ServerState:
         self.action_tag = f"trainmedic-action-{cluster}"
         self.drain_tag = f"trainmedic-drain-{cluster}"
         self.correction_tag = f"trainmedic-correction-{cluster}"
+        self.incident_tag = f"trainmedic-incident-{cluster}"
 
     def lock(self, timeout_s: float = GUARD_WAIT_S) -> contextlib.AbstractContextManager[None]:
         return guard_lock(self.cluster, timeout_s)
@@ -234,3 +238,26 @@ class ServerState:
             with contextlib.suppress(ValidationError):
                 found.append(Correction.model_validate(value))
         return sorted(found, key=lambda c: c.at)
+
+    # ------------------------------------------------------------------ incidents
+
+    def incident_lock(
+        self, timeout_s: float = GUARD_WAIT_S
+    ) -> contextlib.AbstractContextManager[None]:
+        """Held while a run reads the incidents and claims its jobs: two runs never claim one
+        job. Held for a moment (a read and a write), never across diagnostics."""
+        return server_mutex(f"{INCIDENT_LOCK}-{self.cluster}", timeout_s, GUARD_LEASE_S)
+
+    def put_incident(self, incident: Incident) -> None:
+        name = f"tm_incident_{self.cluster}_{incident.incident_id}"
+        self._put(name, incident.model_dump(mode="json"), self.incident_tag)
+
+    def incidents(self, since: datetime | None = None) -> list[Incident]:
+        """This cluster's incidents (opened since ``since``), oldest first."""
+        found = []
+        for _, value in self._values(self.incident_tag, f"tm_incident_{self.cluster}_%"):
+            with contextlib.suppress(ValidationError):
+                found.append(Incident.model_validate(value))
+        if since is not None:
+            found = [i for i in found if i.opened_at >= since]
+        return sorted(found, key=lambda i: i.opened_at)

@@ -1,4 +1,5 @@
-"""``trainmedic breaker | notify``: the circuit breaker and who hears about runbooks."""
+"""``trainmedic breaker | incidents | release | notify``: the circuit breaker, the storms
+handled as incidents and the holds they left, and who hears about runbooks."""
 
 from __future__ import annotations
 
@@ -45,6 +46,46 @@ def cmd_breaker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_incidents(args: argparse.Namespace) -> int:
+    """Storms handled as one incident (newest first), from the Prefect server."""
+    from datetime import UTC, datetime, timedelta
+
+    with_prefect()
+    from trainmedic.adapters.server_state import ServerState
+
+    since = datetime.now(UTC) - timedelta(days=args.days)
+    found = ServerState(get_settings().cluster).incidents(since=since)
+    # An incident of one job is a plain triage: shown only with --all.
+    shown = [i for i in reversed(found) if args.all or len(i.jobs) > 1]
+    if args.json:
+        print_json([i.model_dump(mode="json") for i in shown])
+        return 0
+    if not shown:
+        print(f"no incidents in the last {args.days:g} days")
+    for i in shown:
+        state = "closed" if i.closed_at else "decided" if i.decided else "open"
+        switches = (
+            f"  suspected switch {', '.join(i.suspected_switches)}" if i.suspected_switches else ""
+        )
+        print(
+            f"{i.opened_at:%Y-%m-%d %H:%M:%S}Z  {i.incident_id:<16} {state:<7} "
+            f"jobs {','.join(i.jobs)}  run {i.leader}{switches}"
+        )
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """End a hold trainmedic placed (a suspected switch's nodes, an incident's): its nodes
+    take jobs again. Only trainmedic's own holds (their names say so)."""
+    from trainmedic.adapters.scheduler import get_scheduler
+    from trainmedic.core import validate
+
+    name = validate.hold_name(args.hold)
+    released = get_scheduler().release(name)
+    print(f"{name}: {'released' if released else 'no such hold (already ended)'}")
+    return 0
+
+
 def cmd_notify(args: argparse.Namespace) -> int:
     with_prefect()
     from trainmedic.adapters.notifications import install
@@ -69,6 +110,13 @@ def register(add: AddCommand) -> None:
         help="close it again (recorded) after checking what the automation did",
     )
     breaker.add_argument("--json", action="store_true")
+
+    incidents = add("incidents", cmd_incidents, "storms handled as one incident, newest first")
+    incidents.add_argument("--days", type=float, default=7.0, help="how far back (default 7)")
+    incidents.add_argument("--all", action="store_true", help="also single-job incidents")
+    incidents.add_argument("--json", action="store_true")
+    release = add("release", cmd_release, "end a hold trainmedic placed (e.g. a suspected switch)")
+    release.add_argument("hold", help="the hold's name, e.g. trainmedic-switch-leaf03")
 
     notify = add(
         "notify",

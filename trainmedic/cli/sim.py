@@ -23,13 +23,23 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for record in ("diagnoses.json", "intake.json"):
             (settings.home / record).unlink(missing_ok=True)
         hosts = cluster.create(
-            args.nodes, gpus_per_node=args.gpus_per_node, inventory_dir=settings.inventory
+            args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            nodes_per_switch=args.nodes_per_switch,
+            inventory_dir=settings.inventory,
         )
-        print(f"created {args.nodes} simulated nodes; inventory {hosts}")
+        print(
+            f"created {args.nodes} simulated nodes, {args.nodes_per_switch} per leaf switch; "
+            f"inventory {hosts}"
+        )
         return 0
     if args.sim_command == "inject":
         status = cluster.inject(args.node, args.fault, gpu=args.gpu)
         print(f"{status.name}: {status.fault} (GPU {status.gpu})")
+        return 0
+    if args.sim_command == "fail-switch":
+        cut_off = cluster.fail_switch(args.switch)
+        print(f"{args.switch}: down; fabric link lost on {', '.join(cut_off)}")
         return 0
     if args.sim_command == "repair":
         repaired = cluster.repair(args.node, reboot=not args.gpu_reset)
@@ -68,9 +78,14 @@ def register(add: AddCommand) -> None:
     create = sim_sub.add_parser("create", help="create N healthy nodes and their inventory")
     create.add_argument("--nodes", type=int, default=16)
     create.add_argument("--gpus-per-node", type=int, default=4)
+    create.add_argument("--nodes-per-switch", type=int, default=8, help="nodes per rack and leaf")
     inject = sim_sub.add_parser("inject", help="put a node into a fault state")
     inject.add_argument("node")
-    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat")
+    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat|link")
+    fail_switch = sim_sub.add_parser(
+        "fail-switch", help="a leaf switch dies: its nodes lose their fabric link"
+    )
+    fail_switch.add_argument("switch", help="e.g. leaf02 (`sim status` shows each node's)")
     inject.add_argument("--gpu", type=int, default=0)
     repair = sim_sub.add_parser("repair", help="repair a node (back to healthy)")
     repair.add_argument("node")

@@ -86,6 +86,14 @@ class JobInfo(Strict):
     managed: bool = True
 
 
+class NodePlace(Strict):
+    """Where a node sits in the fabric: its rack and leaf switch (declared in the inventory,
+    or the scheduler's own topology where it knows it)."""
+
+    rack: str | None = None
+    switch: str | None = None
+
+
 class NodeInfo(Strict):
     name: NodeName
     state: NodeState

@@ -126,6 +126,21 @@ class Settings(BaseSettings):
     lemon_drains: int = Field(default=3, ge=2, le=100)
     lemon_window_days: float = Field(default=7.0, gt=0, le=7.0)
 
+    # Storms (trainmedic.decisions.incidents): failures that end within incident_window_s of
+    # each other and share a node or leaf switch are one incident. A run that sees another
+    # such failure already waits incident_settle_s for the rest before claiming them; a job
+    # whose nodes overlap an undecided incident waits up to incident_wait_s for its decision
+    # before it is resubmitted. incident_window_s 0: every failure is handled on its own.
+    incident_window_s: float = Field(default=120.0, ge=0, le=3600)
+    incident_settle_s: float = Field(default=3.0, ge=0, le=300)
+    incident_wait_s: float = Field(default=600.0, ge=0, le=86_400)
+    # A leaf switch is suspected (its nodes held out of placement, on-call paged) when every
+    # tested node behind it failed its pair tests: at least switch_suspect_min_nodes, and at
+    # least switch_suspect_share of the nodes behind it. The hold lasts switch_hold_s.
+    switch_suspect_min_nodes: int = Field(default=3, ge=2, le=1024)
+    switch_suspect_share: float = Field(default=0.5, gt=0.0, le=1.0)
+    switch_hold_s: int = Field(default=4 * 3600, ge=60, le=7 * 86_400)
+
     # Circuit breaker (trainmedic.decisions.guard): destructive actions per window before it opens.
     breaker_limit: int = Field(default=20, ge=1, le=100_000)
     breaker_window_s: int = Field(default=3600, ge=60, le=7 * 86_400)

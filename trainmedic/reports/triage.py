@@ -14,7 +14,8 @@ from trainmedic.core.models import (
     PlaybookResult,
 )
 from trainmedic.decisions.remediation import Plan
-from trainmedic.reports.common import actions_table, cell, dry_run_mark
+from trainmedic.reports.common import actions_table, cell, dry_run_mark, names
+from trainmedic.state.records import Incident
 
 MAX_EVIDENCE = 12
 
@@ -63,11 +64,22 @@ def triage_report(
     new_job: JobInfo | None,
     diagnostics: PlaybookResult | None,
     dry_run: bool,
+    incident: Incident | None = None,
 ) -> str:
     rem = diagnosis.remediation
     lines = [
         f"# Triage of job {job.job_id} ({job.name}){dry_run_mark(dry_run)}",
         "",
+    ]
+    if incident is not None:
+        others = [j for j in incident.jobs if j != job.job_id]
+        lines += [
+            f"Failed in a storm: **incident {incident.incident_id}**, with jobs "
+            f"{', '.join(others)}: one diagnosis of the nodes, one isolation decision "
+            f"(report `incident-{incident.incident_id}`).",
+            "",
+        ]
+    lines += [
         "## Diagnosis",
         "",
         "| field | value |",
@@ -147,4 +159,40 @@ def triage_report(
         )
     if checkpoint is None and new_job is None:
         lines.append("- not restarted")
+    return "\n".join(lines) + "\n"
+
+
+def incident_report(
+    *,
+    incident: Incident,
+    cases: Sequence[tuple[JobInfo, Diagnosis, JobInfo | None]],
+    actions: Sequence[ActionRecord],
+    dry_run: bool,
+) -> str:
+    """A storm on one page: the jobs that failed together, what each was diagnosed as and
+    resubmitted as, and the one isolation decision taken for all of them."""
+    lines = [
+        f"# Incident {incident.incident_id}{dry_run_mark(dry_run)}",
+        "",
+        f"{len(incident.jobs)} jobs failed together on {len(incident.nodes)} nodes "
+        f"({names(incident.nodes)}); handled by one run.",
+        "",
+    ]
+    if incident.suspected_switches:
+        lines += [
+            f"**Suspected leaf switch: {', '.join(incident.suspected_switches)}** — every "
+            "tested node behind it failed its pair tests; its nodes are held out of placement "
+            "(not drained) and on-call was paged.",
+            "",
+        ]
+    lines += [
+        "| job | category | origin | resubmitted as |",
+        "|---|---|---|---|",
+    ]
+    for job, diagnosis, new_job in cases:
+        lines.append(
+            f"| {job.job_id} | {diagnosis.category} | {diagnosis.root_cause_host or '—'} | "
+            f"{new_job.job_id + ' on ' + ', '.join(new_job.nodes) if new_job else '—'} |"
+        )
+    lines += ["", "## Isolation decision", "", *actions_table(actions)]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.files import read_json, write_json_atomic
+from trainmedic.core.models import NodePlace
 from trainmedic.core.settings import REPO_ROOT
 
 MAX_NODES = 1024
@@ -45,6 +46,9 @@ class NodeFault(StrEnum):
     nvlink = "nvlink"  # NVLink fatal error (Xid 74)
     slow = "slow"  # degraded link: works, at a fraction of the bandwidth
     down = "down"  # unreachable: no ssh, no scheduler heartbeat
+    # Its fabric link is gone (its leaf switch died, or its NIC port): ssh, GPUs and the
+    # scheduler are fine, but collectives with other nodes fail (NCCL timeouts, pair tests).
+    link = "link"
     overheat = "overheat"  # thermal slowdown
 
 
@@ -124,11 +128,16 @@ class SimCluster:
         *,
         gpus_per_node: int = 4,
         prefix: str = "node",
+        nodes_per_switch: int = 8,
         inventory_dir: Path | None = None,
     ) -> Path:
-        """Create ``n_nodes`` healthy nodes and write their inventory. Returns the hosts file."""
+        """Create ``n_nodes`` healthy nodes and write their inventory. Returns the hosts file.
+        The nodes sit in racks of ``nodes_per_switch``, each behind its own leaf switch
+        (``rack01``/``leaf01`` for the first ones), as a top-of-rack fabric does."""
         if not 1 <= n_nodes <= MAX_NODES:
             raise InputError("nodes", n_nodes, f"must be between 1 and {MAX_NODES}")
+        if not 1 <= nodes_per_switch <= MAX_NODES:
+            raise InputError("nodes_per_switch", nodes_per_switch, f"must be 1..{MAX_NODES}")
         if not 1 <= gpus_per_node <= 16:
             raise InputError("gpus_per_node", gpus_per_node, "must be between 1 and 16")
         validate.hostname(f"{prefix}0001", "prefix")
@@ -138,9 +147,19 @@ class SimCluster:
             shutil.rmtree(self.nodes_dir)
         for name in names:
             self._create_node(name)
+        racks = [f"{i // nodes_per_switch + 1:02d}" for i in range(len(names))]
+        topology = {
+            name: {"rack": f"rack{rack}", "switch": f"leaf{rack}"}
+            for name, rack in zip(names, racks, strict=True)
+        }
         write_json_atomic(
             self.home / "cluster.json",
-            {"nodes": names, "gpus_per_node": gpus_per_node, "created": time.time()},
+            {
+                "nodes": names,
+                "gpus_per_node": gpus_per_node,
+                "topology": topology,
+                "created": time.time(),
+            },
         )
         return self.write_inventory(inventory_dir or REPO_ROOT / "inventories" / "sim")
 
@@ -168,8 +187,15 @@ class SimCluster:
         committed_vars = REPO_ROOT / "inventories" / "sim" / "group_vars"
         if not (inventory_dir / "group_vars").exists():
             shutil.copytree(committed_vars, inventory_dir / "group_vars")
+        places = self.topology()
         hosts = {
-            name: {"trainmedic_sim_node_dir": str(self.nodes_dir / name)} for name in self.names()
+            name: {
+                "trainmedic_sim_node_dir": str(self.nodes_dir / name),
+                # The fabric, declared as a site declares it (flows.tasks.node_topology).
+                **({"trainmedic_rack": places[name].rack} if name in places else {}),
+                **({"trainmedic_switch": places[name].switch} if name in places else {}),
+            }
+            for name in self.names()
         }
         inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
         hosts_file = inventory_dir / "hosts.yml"
@@ -188,6 +214,25 @@ class SimCluster:
     def names(self) -> list[str]:
         info = read_json(self.home / "cluster.json", {"nodes": []})
         return list(info["nodes"])
+
+    def topology(self) -> dict[str, NodePlace]:
+        """Node -> its rack and leaf switch (none for a cluster created before racks)."""
+        info = read_json(self.home / "cluster.json", {}) or {}
+        return {n: NodePlace.model_validate(p) for n, p in (info.get("topology") or {}).items()}
+
+    def behind(self, switch: str) -> list[str]:
+        """The nodes behind leaf switch ``switch``."""
+        nodes = [n for n, p in self.topology().items() if p.switch == switch]
+        if not nodes:
+            raise InputError("switch", switch, "no such leaf switch in the simulated cluster")
+        return sorted(nodes)
+
+    def fail_switch(self, switch: str, *, at: float | None = None) -> list[str]:
+        """A leaf switch dies: every node behind it loses its fabric link at once."""
+        nodes = self.behind(switch)
+        for node in nodes:
+            self.inject(node, NodeFault.link, at=at)
+        return nodes
 
     @property
     def gpus_per_node(self) -> int:

@@ -210,6 +210,14 @@ class Trainer:
             return self.finish("FAILED", 137, "OOM killed (host)")
         broken = {n: f for n, f in faults.items() if f in HARDWARE_FAULTS}
         down = [n for n, f in faults.items() if f is NodeFault.down]
+        cut_off = [n for n, f in faults.items() if f is NodeFault.link]
+        if cut_off and not broken and not down and len(self.nodes) > 1:
+            # A lost fabric link: every rank's next collective times out, and no rank can
+            # say whose link it was (no Xid, no failed rank named).
+            failed_at = now()
+            for rank, _host, _local in self.ranks:
+                self.nccl_timeout(rank, step, failed_at + timedelta(milliseconds=NCCL_TIMEOUT_MS))
+            return self.finish("FAILED", 1, "NCCL watchdog timeout")
         if not broken and not down:
             return None
         failed_at = now()

@@ -220,6 +220,17 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
         return 1
     broken = [s for s in statuses if s.fault in (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)]
     time.sleep(seconds)
+    cut_off = [s for s in statuses if s.fault is NodeFault.link]
+    if cut_off and not broken:
+        for status in cut_off:
+            # What NCCL's IB transport reports once its retries to a dead port run out.
+            print(
+                f"{status.name}: NCCL WARN NET/IB : Got completion from peer with error 12, "
+                "opcode 0, len 0, vendor err 129 (Recv)\n"
+                f"{status.name}: Test NCCL failure common.cu:1279 'remote process exited or "
+                "there was a network error'"
+            )
+        return 1
     if broken:
         for status in broken:
             message = {

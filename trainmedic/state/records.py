@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
+from pydantic import Field
+
 from trainmedic.core.models import NodeName, Strict
 
 
@@ -56,3 +58,22 @@ class Correction(Strict):
     by: str
     reason: str = ""
     at: datetime
+
+
+class Incident(Strict):
+    """One storm's record: the jobs and nodes one run handles, and how far it got."""
+
+    incident_id: str = Field(pattern=r"^[a-z0-9-]{1,64}$")
+    leader: str = Field(description="the flow run (id) that handles it")
+    jobs: tuple[str, ...]
+    nodes: tuple[str, ...]
+    opened_at: datetime
+    # Set once the isolation decision is taken: from then the nodes are drained, held or
+    # cleared, and resubmissions (this incident's or anyone's) may be placed.
+    decided_at: datetime | None = None
+    closed_at: datetime | None = None
+    suspected_switches: tuple[str, ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        return self.decided_at is not None

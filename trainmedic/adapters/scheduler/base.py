@@ -10,7 +10,7 @@ import secrets
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 
-from trainmedic.core.models import JobInfo, JobSpec, NodeInfo
+from trainmedic.core.models import JobInfo, JobSpec, NodeInfo, NodePlace
 
 
 def with_run_id(spec: JobSpec) -> JobSpec:
@@ -73,6 +73,12 @@ class Scheduler(ABC):
     def request_checkpoint(self, job_id: str) -> bool:
         """Ask a running job to save a checkpoint now (the framework's save signal).
         Returns False if the job is not running."""
+
+    def topology(self) -> dict[str, NodePlace]:
+        """Node -> its rack and leaf switch, where the scheduler knows them (Slurm's
+        topology/tree plugin knows switches); empty where it does not. The inventory's
+        declared topology completes it (flows.tasks.node_topology)."""
+        return {}
 
     def resubmit(self, job_id: str, **changes: object) -> JobInfo:
         """Resubmit ``job_id`` with its spec updated by ``changes`` (resume step, excludes...)."""

@@ -22,7 +22,7 @@ from trainmedic.adapters.scheduler.base import Scheduler, with_run_id
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
 from trainmedic.core.files import locked, read_json, write_json_atomic
-from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodeState
+from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodePlace, NodeState
 from trainmedic.sim.cluster import NodeFault, SimCluster
 
 JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")
@@ -305,6 +305,9 @@ class SimScheduler(Scheduler):
             del state["holds"][name]
             self._save(state)
             return True
+
+    def topology(self) -> dict[str, NodePlace]:
+        return self.cluster.topology()
 
     def drain(self, node: str, reason: str) -> bool:
         self.cluster.check_node(node)

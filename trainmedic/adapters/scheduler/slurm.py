@@ -66,11 +66,12 @@ from trainmedic.adapters.scheduler.slurm_parse import (
     parse_sacct,
     parse_scontrol_job,
     parse_squeue_json,
+    parse_topology,
     validate_reason,
 )
 from trainmedic.core import validate
 from trainmedic.core.errors import ConfigError, InputError, JobNotFound, SchedulerError
-from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodeState
+from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodePlace, NodeState
 from trainmedic.core.settings import Settings
 
 __all__ = ["SlurmScheduler"]
@@ -501,6 +502,14 @@ cd "$run_dir"
         self._check(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
         return True
 
+    def topology(self) -> dict[str, NodePlace]:
+        """The leaf switch of each node from the topology/tree plugin; empty without one
+        (``scontrol`` then says there is no topology information and exits non-zero)."""
+        proc = self._call(["scontrol", "show", "topology"])
+        if proc.returncode != 0:
+            return {}
+        return parse_topology(proc.stdout)
+
     def hold(self, name: str, nodes: list[str], duration_s: int) -> list[str]:
         """A Slurm reservation for this user on the idle ones among ``nodes``. Without
         IGNORE_JOBS slurmctld refuses a reservation on a node that runs a job, so a node that
@@ -523,6 +532,8 @@ cd "$run_dir"
                 "StartTime=now",
                 f"Duration={minutes}",
                 f"Users={getpass.getuser()}",
+                # An incident's hold and a pair test's hold may cover the same node.
+                "Flags=OVERLAP",
             ]
             proc = self._call(args)
             if proc.returncode == 0:

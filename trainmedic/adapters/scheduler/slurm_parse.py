@@ -13,7 +13,7 @@ from typing import Any
 
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError, SchedulerError
-from trainmedic.core.models import JobState, NodeInfo, NodeState
+from trainmedic.core.models import JobState, NodeInfo, NodePlace, NodeState
 
 __all__ = [
     "ACCOUNTING_FIELDS",
@@ -28,6 +28,7 @@ __all__ = [
     "parse_sacct",
     "parse_scontrol_job",
     "parse_squeue_json",
+    "parse_topology",
     "validate_reason",
 ]
 
@@ -158,6 +159,19 @@ def parse_kv_line(line: str, *, tail_key: str | None = None) -> dict[str, str]:
         elif key is not None:
             fields[key] = f"{fields[key]} {word}"
     return fields
+
+
+def parse_topology(text: str) -> dict[str, NodePlace]:
+    """``scontrol show topology`` (topology/tree): each leaf switch line names its nodes
+    (``SwitchName=s0 Level=0 LinkSpeed=1 Nodes=gpu[001-008]``); upper levels name switches
+    only. Node -> its leaf switch; the rack is not Slurm's to know."""
+    places: dict[str, NodePlace] = {}
+    for line in text.splitlines():
+        fields = parse_kv_line(line)
+        if "SwitchName" in fields and fields.get("Nodes"):
+            for node in validate.expand_nodelist(fields["Nodes"], "Nodes"):
+                places[node] = NodePlace(switch=fields["SwitchName"])
+    return places
 
 
 def parse_node_line(line: str) -> NodeInfo:

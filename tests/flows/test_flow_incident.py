@@ -1,0 +1,98 @@
+"""A storm on a real Prefect server, real ansible-runner and the simulated cluster: a leaf
+switch dies under four jobs, their events (and replays) start eight triage runs at once. One
+run handles them as one incident; every job is resubmitted exactly once, none on a node behind
+the dead switch; the switch's nodes are held and on-call paged, not drained one by one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from support.waits import server_events, wait_finished, wait_step, wait_until
+
+from trainmedic.core.models import JobSpec, JobState, NodeState
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def fabric(tm_home) -> Iterator[tuple[object, object]]:  # type: ignore[no-untyped-def]
+    """16 one-GPU nodes, 4 behind each leaf switch (leaf01: node001-004, ...)."""
+    from trainmedic.adapters.scheduler.sim import SimScheduler
+    from trainmedic.sim.cluster import SimCluster
+
+    cluster = SimCluster(tm_home.sim_home)
+    cluster.create(16, gpus_per_node=1, nodes_per_switch=4, inventory_dir=tm_home.inventory)
+    scheduler = SimScheduler(tm_home.sim_home)
+    yield cluster, scheduler
+    for job in scheduler.jobs():
+        if not job.state.finished:
+            scheduler.cancel(job.job_id, "test teardown")
+
+
+def test_a_dead_leaf_switch_is_one_incident_held_and_paged(prefect_server, fabric) -> None:
+    from flows.triage import TriageRequest, triage
+    from trainmedic.adapters.server_state import ServerState
+    from trainmedic.core.settings import get_settings
+
+    cluster, scheduler = fabric
+    everything = [n.name for n in scheduler.nodes()]
+    # Each job spans leaf02 and leaf03: (node005, node009), (node006, node010), ...
+    jobs = []
+    for i in range(4):
+        pair = {f"node{5 + i:03d}", f"node{9 + i:03d}"}
+        spec = JobSpec(
+            name=f"storm{i}",
+            nodes=2,
+            gpus_per_node=1,
+            steps=100_000,
+            checkpoint_every=10,
+            exclude=tuple(sorted(set(everything) - pair)),
+        )
+        jobs.append(scheduler.submit(spec))
+    assert all(set(j.nodes) & set(cluster.behind("leaf02")) for j in jobs)
+    for job in jobs:
+        wait_step(job, 12)
+    dead = cluster.fail_switch("leaf02")
+    failed = [wait_finished(scheduler, j.job_id) for j in jobs]
+    assert all(j.state is JobState.FAILED for j in failed)
+
+    # Two events per job (the scheduler's and a re-detection), all at once.
+    requests = [TriageRequest(job_id=j.job_id, event="job.failed") for j in failed] * 2
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        results = list(pool.map(triage, requests))
+
+    leaders = [r for r in results if r.incident_jobs]
+    assert len(leaders) == 1, [r.not_handled for r in results]
+    assert sorted(leaders[0].incident_jobs) == sorted(j.job_id for j in failed)
+    others = [r for r in results if r is not leaders[0]]
+    assert all(r.not_handled and r.new_job_id is None and r.drained == [] for r in others)
+
+    resubmitted = [j for j in scheduler.jobs() if j.resubmission_of]
+    by_origin = {
+        j.job_id: [r for r in resubmitted if r.resubmission_of == j.job_id] for j in failed
+    }
+    assert all(len(copies) == 1 for copies in by_origin.values()), by_origin
+    placed = {n for r in resubmitted for n in r.nodes}
+    assert not placed & set(dead), "a resubmission was placed behind the dead switch"
+
+    # The switch is the suspect: its nodes held (not drained), on-call paged with its name.
+    states = {n.name: n.state for n in scheduler.nodes()}
+    assert not [n for n in dead if states[n] is NodeState.DRAINED]
+    (incident,) = [i for i in ServerState(get_settings().cluster).incidents() if len(i.jobs) > 1]
+    assert incident.suspected_switches == ("leaf02",) and incident.closed_at is not None
+    pages = wait_until(
+        lambda: [
+            e
+            for e in server_events("trainmedic.run.*")
+            if e["event"] == "trainmedic.page" and incident.incident_id in e["payload"]["summary"]
+        ],
+        30,
+        "the page about the suspected switch",
+    )
+    assert "leaf switch leaf02 suspected" in pages[-1]["payload"]["summary"]
+    assert "trainmedic release trainmedic-switch-leaf02" in pages[-1]["payload"]["answer"]
+    # A new job is not placed behind the dead switch either (the hold).
+    later = scheduler.submit(JobSpec(name="later", nodes=4, gpus_per_node=1, steps=10))
+    assert not set(later.nodes) & set(dead)
