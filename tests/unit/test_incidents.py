@@ -99,9 +99,12 @@ def test_every_tested_node_behind_a_switch_convicted_makes_it_the_suspect() -> N
 
 def test_a_passing_node_or_too_few_nodes_clear_the_switch() -> None:
     # A node behind leaf1 passed: the switch works; these are node faults.
-    assert suspected_switches(
-        ["node01", "node02", "node03"], ["node01", "node02", "node03", "node04"], TOPOLOGY
-    ) == {}
+    assert (
+        suspected_switches(
+            ["node01", "node02", "node03"], ["node01", "node02", "node03", "node04"], TOPOLOGY
+        )
+        == {}
+    )
     # Two broken nodes in one rack happen: no switch verdict on two.
     assert suspected_switches(["node01", "node02"], ["node01", "node02"], TOPOLOGY) == {}
     # Three tested of a 16-node switch is too small a share to blame it.
