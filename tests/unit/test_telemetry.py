@@ -142,7 +142,6 @@ def test_peak_temperatures_are_the_window_max_per_host_from_prometheus() -> None
     from datetime import UTC, datetime, timedelta
 
     from trainmedic.adapters.telemetry import fetch_peak_temperatures
-    from trainmedic.core.errors import TelemetryError
 
     until = datetime(2026, 12, 3, 19, tzinfo=UTC)
     seen: list = []
