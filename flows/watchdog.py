@@ -102,14 +102,20 @@ def find_hung_jobs(timeout_s: float) -> list[HangFinding]:
     return findings
 
 
-def rank0_log_tail(job: JobInfo) -> list[str]:
-    """The last lines of rank 0's stdout (where the framework prints its step lines)."""
+def rank0_log(job: JobInfo) -> Path | None:
+    """Rank 0's stdout (where the framework prints its step lines), if the job has one."""
     log_dir = Path(job.log_dir)
     candidates = sorted(log_dir.glob("rank-00000.*.out")) or sorted(log_dir.glob("*.out"))
-    if not candidates:
+    return candidates[0] if candidates else None
+
+
+def rank0_log_tail(job: JobInfo) -> list[str]:
+    """The last lines of rank 0's stdout."""
+    path = rank0_log(job)
+    if path is None:
         return []
     try:
-        with candidates[0].open("rb") as handle:
+        with path.open("rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - LOG_TAIL_BYTES))
             data = handle.read()

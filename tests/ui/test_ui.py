@@ -228,6 +228,38 @@ def test_triage_report_shows_on_its_artifact_page(ui_server, tmp_path: Path) -> 
     assert result.new_job_id is not None and result.new_job_id in page.dom
 
 
+def test_fleet_report_shows_its_pictures_on_its_artifact_page(ui_server, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from flows.report import FleetReportRequest, fleet_report_flow
+
+    settings, embedded = ui_server
+    cluster = SimCluster(settings.sim_home)
+    scheduler = SimScheduler(settings.sim_home)
+    job = scheduler.submit(JobSpec(name="fleet", nodes=2, steps=100_000, checkpoint_every=20))
+    wait_step(job, 45)
+    cluster.inject(job.nodes[1], "ecc")
+    wait_finished(scheduler, job.job_id)
+
+    state = fleet_report_flow(FleetReportRequest(since_h=1), return_state=True)
+    result = state.result()
+    assert f"incident-{job.job_id}.png" in result.plots
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
+            )
+        )
+    (artifact,) = [a for a in found if a.key == "fleet-report"]
+
+    page = browse(f"{embedded.ui_url}/artifacts/artifact/{artifact.id}", tmp_path, "fleet")
+    print(f"\nfleet report screenshot: {page.png}")
+    # The UI renders the Markdown's data-URI images: one <img> per picture, not link text.
+    shown = re.findall(r'<img[^>]*src="data:image/png;base64,', page.dom)
+    assert len(shown) == len(result.plots), f"{len(shown)} images shown of {result.plots}"
+
+
 def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Path, policy) -> None:
     policy(auto_approve_max=0, max_share=0.5)
     from prefect.flow_runs import resume_flow_run

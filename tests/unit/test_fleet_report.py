@@ -2,41 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
+from support.fleet_week import T0, WEEK, at
 
 from trainmedic.reports.fleet import Attempt, fleet_markdown, fleet_report
-
-T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
-
-
-def at(hours: float) -> datetime:
-    return T0 + timedelta(hours=hours)
-
-
-def attempt(job, start_h, end_h, state, start_step, end_step, category=None, run="100"):  # type: ignore[no-untyped-def]
-    return Attempt(
-        job_id=job,
-        run=run,
-        name="gpt",
-        gpus=64,
-        submitted_at=at(start_h),
-        ended_at=None if end_h is None else at(end_h),
-        state=state,
-        start_step=start_step,
-        end_step=end_step,
-        category=category,
-    )
-
-
-# A 64-GPU run: an ECC failure after 10 h (resumed 100 steps back, resubmitted 30 min later),
-# an NCCL timeout after 10 more hours (the same), then 10 h to completion.
-WEEK = [
-    attempt("100", 0, 10, "FAILED", 0, 1000, "ECCError"),
-    attempt("101", 10.5, 20.5, "FAILED", 900, 1900, "NCCLTimeout"),
-    attempt("102", 21, 31, "COMPLETED", 1800, 2800),
-]
 
 
 def test_ettr_steps_and_gpu_hours_lost_have_the_known_answers() -> None:

@@ -136,3 +136,38 @@ def test_prometheus_errors_are_telemetry_errors() -> None:
         fetch_prometheus_telemetry("http://prom:9090", ["node001"], at, transport=garbage)
     with pytest.raises(InputError):  # never a PromQL string from unvalidated input
         fetch_prometheus_telemetry("http://prom:9090", ['x"}or vector(1)'], at, transport=bad)
+
+
+def test_peak_temperatures_are_the_window_max_per_host_from_prometheus() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from trainmedic.adapters.telemetry import fetch_peak_temperatures
+
+    until = datetime(2026, 12, 3, 19, tzinfo=UTC)
+    seen: list = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.url.params))
+        result = [
+            {"metric": {"Hostname": "node001"}, "value": [until.timestamp(), "91"]},
+            {"metric": {"Hostname": "node002"}, "value": [until.timestamp(), "44.5"]},
+        ]
+        data = {"resultType": "vector", "result": result}
+        return httpx.Response(200, json={"status": "success", "data": data})
+
+    peaks = fetch_peak_temperatures(
+        "http://prom:9090",
+        ["node001", "node002"],
+        until - timedelta(days=7),
+        until,
+        transport=httpx.MockTransport(answer),
+    )
+    assert peaks == {"node001": 91.0, "node002": 44.5}
+    assert seen[0]["query"] == (
+        "max by (Hostname) (max_over_time(DCGM_FI_DEV_GPU_TEMP"
+        '{Hostname=~"node001|node002"}[604800s]))'
+    )
+    assert seen[0]["time"] == f"{until.timestamp():.3f}"
+    bad = httpx.MockTransport(lambda r: httpx.Response(200, json={"status": "success"}))
+    with pytest.raises(TelemetryError):
+        fetch_peak_temperatures("http://prom:9090", ["node001"], until, until, transport=bad)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import httpx
 
@@ -126,6 +127,51 @@ def fetch_prometheus_telemetry(
     names = "|".join(sorted(FAMILIES))
     wanted = "|".join(validate.hostname(h) for h in hosts)  # [a-z0-9-]: nothing to escape
     query = f'{{__name__=~"{names}",Hostname=~"{wanted}"}}'
+    results = _instant_query(url, query, at, timeout_s=timeout_s, transport=transport)
+    try:
+        samples = [(r["metric"]["__name__"], r["metric"], float(r["value"][1])) for r in results]
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise TelemetryError(f"telemetry {url}: not a Prometheus vector: {exc!r}") from exc
+    return gpu_telemetry_from_samples(samples)
+
+
+def fetch_peak_temperatures(
+    url: str,
+    hosts: Sequence[str],
+    since: datetime,
+    until: datetime,
+    *,
+    timeout_s: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+) -> dict[str, float]:
+    """Each host's hottest GPU over ``since``..``until`` as a Prometheus server (its base
+    URL) kept it: ``max_over_time`` of the DCGM temperature, the max over the host's GPUs.
+    Hosts without samples are left out. Raises TelemetryError."""
+    if not hosts:
+        return {}
+    window_s = max(int((until - since).total_seconds()), 1)
+    wanted = "|".join(validate.hostname(h) for h in hosts)  # [a-z0-9-]: nothing to escape
+    query = f'max by (Hostname) (max_over_time({TEMP}{{Hostname=~"{wanted}"}}[{window_s}s]))'
+    results = _instant_query(url, query, until, timeout_s=timeout_s, transport=transport)
+    try:
+        return {
+            r["metric"]["Hostname"]: float(r["value"][1])
+            for r in results
+            if r["metric"].get("Hostname")
+        }
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise TelemetryError(f"telemetry {url}: not a Prometheus vector: {exc!r}") from exc
+
+
+def _instant_query(
+    url: str,
+    query: str,
+    at: datetime,
+    *,
+    timeout_s: float,
+    transport: httpx.BaseTransport | None,
+) -> list[dict[str, Any]]:
+    """One PromQL instant query at ``at``: the vector's results. Raises TelemetryError."""
     endpoint = url.rstrip("/") + "/api/v1/query"
     try:
         with httpx.Client(timeout=timeout_s, transport=transport) as client:
@@ -139,10 +185,9 @@ def fetch_prometheus_telemetry(
     try:
         if body["status"] != "success" or body["data"]["resultType"] != "vector":
             raise TelemetryError(f"telemetry {endpoint}: {body.get('error', body['status'])}")
-        samples = [
-            (r["metric"]["__name__"], r["metric"], float(r["value"][1]))
-            for r in body["data"]["result"]
-        ]
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        results = body["data"]["result"]
+    except (AttributeError, KeyError, TypeError) as exc:
         raise TelemetryError(f"telemetry {endpoint}: not a Prometheus vector: {exc!r}") from exc
-    return gpu_telemetry_from_samples(samples)
+    if not isinstance(results, list):
+        raise TelemetryError(f"telemetry {endpoint}: not a Prometheus vector: {results!r}")
+    return results

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from trainmedic.cli.common import (
     AddCommand,
@@ -163,20 +164,33 @@ def _outcome(state: object) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The fleet report over ``--since`` (default a week), computed here and kept as the
-    `fleet-report` artifact, as the hourly deployment does."""
+    `fleet-report` artifact (pictures included), as the hourly deployment does; ``--plots``
+    also writes the pictures there and prints their paths."""
     since = since_time(args.since)
     hours = (datetime.now(UTC) - since).total_seconds() / 3600
     if not 0 < hours <= 24 * 365:
         raise InputError("since", args.since, "must be between now and a year ago")
+    plots_dir = None
+    if args.plots is not None:
+        folder = Path(args.plots).expanduser().resolve()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError("plots", args.plots, f"not a directory we can write: {exc}") from exc
+        plots_dir = str(folder)
     with_prefect()
     from flows.report import FleetReportRequest, fleet_report_flow
     from trainmedic.reports.fleet import fleet_markdown
 
-    report = fleet_report_flow(FleetReportRequest(since_h=hours))
+    result = fleet_report_flow(FleetReportRequest(since_h=hours, plots_dir=plots_dir))
     if args.json:
-        print_json(report.model_dump(mode="json"))
-    else:
-        print(fleet_markdown(report), end="")
+        print_json({**result.report.model_dump(mode="json"), "plot_files": result.plot_files})
+        return 0
+    print(fleet_markdown(result.report), end="")
+    if plots_dir is not None:
+        print(f"\n{len(result.plot_files)} plots written:")
+        for path in result.plot_files:
+            print(f"  {path}")
     return 0
 
 
@@ -184,6 +198,7 @@ def register(add: AddCommand) -> None:
     report = add("report", cmd_report, "fleet report: ETTR, GPU-hours lost by cause, lemons")
     report.add_argument("--since", default="7d", help="30m, 24h, 7d or an ISO time (7d)")
     report.add_argument("--json", action="store_true")
+    report.add_argument("--plots", metavar="DIR", help="also write the report's PNGs into DIR")
 
     runs = add("runs", cmd_runs, "runbook history with state and outcome, newest first")
     runs.add_argument("--job", help="only runs about this job id")

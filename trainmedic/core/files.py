@@ -1,4 +1,4 @@
-"""Small file helpers: atomic JSON writes and cross-process locks."""
+"""Small file helpers: atomic file and JSON writes and cross-process locks."""
 
 from __future__ import annotations
 
@@ -17,10 +17,15 @@ RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    write_bytes_atomic(path, json.dumps(data, indent=1, default=str).encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole or keeps what it held (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, default=str)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
     os.replace(tmp, path)
 
 

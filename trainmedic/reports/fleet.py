@@ -6,20 +6,27 @@ attempt's productive time is its wall time times the share of its steps that wer
 steps past the checkpoint the next attempt resumed from were lost). Per failure category,
 the failures and the GPU-hours lost: the lost steps' time plus the time until the
 resubmission was submitted, times the job's GPUs. Per node, trainmedic's drains; a node
-drained ``lemon_drains`` times within ``lemon_window`` is a lemon.
+drained ``lemon_drains`` times within ``lemon_window`` is a lemon. Per rack, its nodes' drains
+and GPU temperatures (the hottest GPU of each node: the window's peak where a Prometheus
+server keeps the history, else one reading at report time, and the report says which).
+
+The Markdown embeds the report's pictures (``reports.plots``) as ``data:image/png;base64``
+images: the Prefect UI renders a markdown artifact's images, and an image artifact would
+need a URL the browser can reach, which trainmedic does not serve.
 """
 
 from __future__ import annotations
 
+import base64
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
 from trainmedic.core.models import Strict
 
-__all__ = ["Attempt", "FleetReport", "fleet_markdown", "fleet_report"]
+__all__ = ["Attempt", "FleetReport", "fleet_markdown", "fleet_report", "racks_by_position"]
 
 FAILED_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT")
 
@@ -62,6 +69,15 @@ class NodeFigures(BaseModel):
     drains: int
     mtbf_h: float | None  # the window over its drains; None without one
     lemon: bool
+    temperature_c: float | None = None  # its hottest GPU (see FleetReport.temperature_kind)
+
+
+class RackFigures(BaseModel):
+    rack: str
+    nodes: int
+    drains: int
+    temperature_c: float | None  # its hottest GPU
+    temperatures: dict[str, float]  # node -> its hottest GPU
 
 
 class FleetReport(BaseModel):
@@ -72,6 +88,15 @@ class FleetReport(BaseModel):
     categories: list[CategoryFigures]
     nodes: list[NodeFigures]
     lemons: list[str]
+    racks: list[RackFigures] = []
+    temperature_kind: str = "peak over the window"
+
+
+def racks_by_position(nodes: Sequence[str], per_rack: int) -> dict[str, str]:
+    """Node -> rack where the scheduler knows no topology: consecutive nodes (by name),
+    ``per_rack`` to a rack, named rack01, rack02, ..."""
+    ordered = sorted(set(nodes))
+    return {node: f"rack{index // per_rack + 1:02d}" for index, node in enumerate(ordered)}
 
 
 def _hours(delta: timedelta) -> float:
@@ -86,7 +111,11 @@ def fleet_report(
     until: datetime,
     lemon_drains: int = 3,
     lemon_window: timedelta = timedelta(days=7),
+    racks: Mapping[str, str] | None = None,
+    temperatures: Mapping[str, float] | None = None,
+    temperature_kind: str = "peak over the window",
 ) -> FleetReport:
+    """``racks``: node -> rack; ``temperatures``: node -> its hottest GPU's temperature."""
     by_run: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         if attempt.submitted_at <= until and (attempt.ended_at or until) >= since:
@@ -144,6 +173,7 @@ def fleet_report(
             drains=n,
             mtbf_h=round(window_h / n, 2) if n else None,
             lemon=node in lemons,
+            temperature_c=(temperatures or {}).get(node),
         )
         for node, n in sorted(counted.items(), key=lambda item: (-item[1], item[0]))
     ]
@@ -152,6 +182,8 @@ def fleet_report(
         for c, lost in sorted(lost_by_category.items(), key=lambda item: -item[1])
     ]
     return FleetReport(
+        racks=_rack_figures(racks or {}, temperatures or {}, counted),
+        temperature_kind=temperature_kind,
         since=since,
         until=until,
         ettr=round(weighted_productive / weighted_wall, 4) if weighted_wall else None,
@@ -162,7 +194,33 @@ def fleet_report(
     )
 
 
-def fleet_markdown(report: FleetReport) -> str:
+def _rack_figures(
+    racks: Mapping[str, str], temperatures: Mapping[str, float], drains: Counter[str]
+) -> list[RackFigures]:
+    members: defaultdict[str, list[str]] = defaultdict(list)
+    for node, rack in racks.items():
+        members[rack].append(node)
+    figures = []
+    for rack, nodes in sorted(members.items()):
+        temps = {n: temperatures[n] for n in sorted(nodes) if n in temperatures}
+        figures.append(
+            RackFigures(
+                rack=rack,
+                nodes=len(nodes),
+                drains=sum(drains[n] for n in nodes),
+                temperature_c=max(temps.values()) if temps else None,
+                temperatures=temps,
+            )
+        )
+    return figures
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def fleet_markdown(report: FleetReport, plots: Mapping[str, bytes] | None = None) -> str:
+    """The report as Markdown; ``plots`` (file name -> PNG) are embedded as data URIs."""
     ettr = f"{report.ettr:.1%}" if report.ettr is not None else "no runs"
     lines = [
         f"# Fleet report {report.since:%Y-%m-%d %H:%M} to {report.until:%Y-%m-%d %H:%M} UTC",
@@ -187,17 +245,34 @@ def fleet_markdown(report: FleetReport) -> str:
         "",
         "## Nodes drained",
         "",
-        "| node | drains | MTBF h | lemon |",
-        "|---|---|---|---|",
+        f"| node | drains | MTBF h | lemon | hottest GPU °C ({report.temperature_kind}) |",
+        "|---|---|---|---|---|",
         *(
             f"| {n.node} | {n.drains} | {n.mtbf_h if n.mtbf_h is not None else '-'} | "
-            f"{'yes' if n.lemon else ''} |"
+            f"{'yes' if n.lemon else ''} | {_cell(n.temperature_c)} |"
             for n in report.nodes
         ),
     ]
+    if report.racks:
+        lines += [
+            "",
+            "## Racks",
+            "",
+            f"| rack | nodes | drains | hottest GPU °C ({report.temperature_kind}) |",
+            "|---|---|---|---|",
+            *(
+                f"| {r.rack} | {r.nodes} | {r.drains} | {_cell(r.temperature_c)} |"
+                for r in report.racks
+            ),
+        ]
     if report.lemons:
         lines += [
             "",
             f"Lemons (kept out, never returned automatically): {', '.join(report.lemons)}",
         ]
+    if plots:
+        lines += ["", "## Plots"]
+        for name, png in plots.items():
+            data = base64.b64encode(png).decode("ascii")
+            lines += ["", f"![{name}](data:image/png;base64,{data})"]
     return "\n".join(lines) + "\n"

@@ -86,6 +86,11 @@ def xid_lines(fault: NodeFault, gpu: int, pid: int = 0) -> list[str]:
     return []
 
 
+def gpu_temperature(gpu: int, *, hot: bool) -> int:
+    """A GPU's temperature (C): 41 C and up when cool, 96 C when overheating (throttling)."""
+    return 96 if hot else 41 + gpu
+
+
 class GpuCounters(BaseModel):
     """One GPU's error counters as NVML/DCGM report them."""
 

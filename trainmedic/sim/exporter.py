@@ -12,7 +12,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from trainmedic.sim.cluster import NodeFault, SimCluster, pci_bus_id, read_hardware
+from trainmedic.sim.cluster import (
+    NodeFault,
+    SimCluster,
+    gpu_temperature,
+    pci_bus_id,
+    read_hardware,
+)
 
 FAMILIES = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
@@ -62,7 +68,7 @@ def render_metrics(cluster: SimCluster) -> str:
             )
             hot = faulty and status.fault is NodeFault.overheat
             values = {
-                "DCGM_FI_DEV_GPU_TEMP": 96 if hot else 41 + gpu,
+                "DCGM_FI_DEV_GPU_TEMP": gpu_temperature(gpu, hot=hot),
                 "DCGM_FI_DEV_XID_ERRORS": counters.xid_last,
                 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": counters.ecc_dbe_volatile,
                 "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": counters.ecc_dbe_aggregate,

@@ -33,6 +33,20 @@ NCCL_TIMEOUT_MS = 600_000
 HARDWARE_FAULTS = (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)
 
 
+# A thermally throttled or slow GPU makes every collective wait for it.
+SLOW_FACTOR = 4
+
+
+def loss_at(batch: int, poisoned_from: int | None) -> float:
+    """The trainer's loss at ``batch``; from a poisoned batch on, diverged."""
+    rng = random.Random(batch)  # noqa: S311 - a reproducible loss curve, not a secret
+    loss = 2.1 + 6.0 * math.exp(-batch / 80.0) + rng.uniform(-0.04, 0.04)
+    if poisoned_from is not None and batch >= poisoned_from:
+        # Diverged: the loss jumps and never comes back, as in the study's spikes.
+        loss += 7.5 + 0.02 * (batch - poisoned_from)
+    return loss
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -98,14 +112,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ physics
 
-    def loss_at(self, batch: int, poisoned_from: int | None) -> float:
-        rng = random.Random(batch)  # noqa: S311 - a reproducible loss curve, not a secret
-        loss = 2.1 + 6.0 * math.exp(-batch / 80.0) + rng.uniform(-0.04, 0.04)
-        if poisoned_from is not None and batch >= poisoned_from:
-            # Diverged: the loss jumps and never comes back, as in the study's spikes.
-            loss += 7.5 + 0.02 * (batch - poisoned_from)
-        return loss
-
     def node_faults(self) -> dict[str, NodeFault]:
         if self.nodes_dir is None:
             return {}
@@ -153,10 +159,9 @@ class Trainer:
                 return outcome
             slow = any(f in (NodeFault.slow, NodeFault.overheat) for f in faults.values())
             step_started = time.monotonic()
-            # A thermally throttled or slow GPU makes every collective wait for it: 4x.
-            time.sleep(self.step_seconds * (4 if slow else 1))
+            time.sleep(self.step_seconds * (SLOW_FACTOR if slow else 1))
             step_ms = 1000 * (time.monotonic() - step_started)
-            loss = self.loss_at(batch, poisoned_from)
+            loss = loss_at(batch, poisoned_from)
             nan = spike.get("kind") == "nan" and poisoned_from is not None
             shown = "nan" if nan else f"{loss:.6E}"
             grad = (
