@@ -26,12 +26,10 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
-from flows.tasks import server_state, tell_human
-from trainmedic.adapters.ansible import Inventory
+from flows.tasks import node_topology, server_state, tell_human
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ACTION_RETENTION
 from trainmedic.core import validate
-from trainmedic.core.errors import ConfigError
 from trainmedic.core.models import ActionRecord, JobInfo, NodePlace, NodeState
 from trainmedic.core.settings import get_settings
 from trainmedic.decisions.admission import event_scope
@@ -52,7 +50,6 @@ __all__ = [
     "close_incident",
     "decide_incident",
     "locate_incident",
-    "node_topology",
     "wait_for_decisions",
 ]
 
@@ -70,22 +67,6 @@ class Claim(BaseModel):
     incident: Incident | None = None
     jobs: list[JobInfo] = []
     handled_by: Incident | None = None
-
-
-@task(name="node-topology", cache_policy=NO_CACHE)
-def node_topology() -> dict[str, NodePlace]:
-    """Rack and leaf switch per node: the inventory's declaration, completed by the
-    scheduler's own topology where it knows it (it wins: it is what placement uses)."""
-    try:
-        declared = Inventory(get_settings().inventory).places()
-    except ConfigError:
-        declared = {}
-    known = get_scheduler().topology()
-    merged = dict(declared)
-    for node, place in known.items():
-        mine = declared.get(node, NodePlace())
-        merged[node] = NodePlace(rack=place.rack or mine.rack, switch=place.switch or mine.switch)
-    return merged
 
 
 def _leader_ended(incident: Incident) -> bool:

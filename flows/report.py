@@ -4,7 +4,8 @@ failure category, drains per node and the lemons (trainmedic.reports.fleet).
 
 Its inputs are what trainmedic already keeps: the scheduler's jobs and their resubmission
 chains, each job's last heartbeat step, triage's diagnoses, and the drains recorded on the
-Prefect server (a week of them); per rack (``nodes_per_rack`` consecutive nodes), the GPU
+Prefect server (a week of them); per rack (as the inventory or scheduler declares it, else
+``nodes_per_rack`` consecutive nodes), the GPU
 temperatures (a Prometheus server's peak over the window, else one scrape at report time).
 Its pictures (trainmedic.reports.plots) are embedded in the artifact's Markdown as PNG data
 URIs, which the Prefect UI shows; step time and loss around each failure come from the
@@ -21,7 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.tasks import _transient, read_loss_history, server_state
+from flows.tasks import _transient, node_topology, read_loss_history, server_state
 from flows.verify import heartbeat_step
 from flows.watchdog import rank0_log
 from trainmedic.adapters.scheduler import get_scheduler
@@ -204,7 +205,11 @@ def fleet_report_flow(request: FleetReportRequest) -> FleetReportResult:
         until=until,
         lemon_drains=settings.lemon_drains,
         lemon_window=timedelta(days=settings.lemon_window_days),
-        racks=racks_by_position(nodes, settings.nodes_per_rack),
+        # The racks the inventory or scheduler declares; by position for the others.
+        racks={
+            **racks_by_position(nodes, settings.nodes_per_rack),
+            **{n: p.rack for n, p in node_topology().items() if p.rack},
+        },
         temperatures=temperatures,
         temperature_kind=kind,
     )

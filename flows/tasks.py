@@ -19,17 +19,24 @@ from prefect.runtime import flow_run
 
 from flows.verify import heartbeat_step, schedule_verification, training_again
 from trainmedic.adapters import checkpoints
-from trainmedic.adapters.ansible import run_playbook
+from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ServerState, server_mutex
 from trainmedic.adapters.telemetry import fetch_gpu_telemetry, fetch_prometheus_telemetry
-from trainmedic.core.errors import CheckpointError, PolicyRefused, SchedulerError, TelemetryError
+from trainmedic.core.errors import (
+    CheckpointError,
+    ConfigError,
+    PolicyRefused,
+    SchedulerError,
+    TelemetryError,
+)
 from trainmedic.core.models import (
     ActionRecord,
     Checkpoint,
     GpuTelemetry,
     JobInfo,
     JobState,
+    NodePlace,
     PlaybookResult,
 )
 from trainmedic.core.settings import get_settings
@@ -538,3 +545,19 @@ def emit_for_human(
         )
     get_run_logger().warning("%s: %s (%s)", what, summary, outcome)
     return ActionRecord(what=what, target=f"job {job_id}" if job_id else run_name, outcome=outcome)
+
+
+@task(name="node-topology", cache_policy=NO_CACHE)
+def node_topology() -> dict[str, NodePlace]:
+    """Rack and leaf switch per node: the inventory's declaration, completed by the
+    scheduler's own topology where it knows it (it wins: it is what placement uses)."""
+    try:
+        declared = Inventory(get_settings().inventory).places()
+    except ConfigError:
+        declared = {}
+    known = get_scheduler().topology()
+    merged = dict(declared)
+    for node, place in known.items():
+        mine = declared.get(node, NodePlace())
+        merged[node] = NodePlace(rack=place.rack or mine.rack, switch=place.switch or mine.switch)
+    return merged

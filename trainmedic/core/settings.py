@@ -125,9 +125,9 @@ class Settings(BaseSettings):
     # without --force (the server keeps a week of actions, hence the window's limit).
     lemon_drains: int = Field(default=3, ge=2, le=100)
     lemon_window_days: float = Field(default=7.0, gt=0, le=7.0)
-    # The fleet report's racks: where the scheduler gives no topology, consecutive nodes (by
-    # name), this many to a rack. Its incident plots: the steps either side of each failure,
-    # for at most the newest report_max_incident_plots failures.
+    # The fleet report's racks: for nodes neither the inventory (trainmedic_rack) nor the
+    # scheduler places, consecutive nodes (by name), this many to a rack. Its incident plots:
+    # the steps either side of each failure, for the newest report_max_incident_plots.
     nodes_per_rack: int = Field(default=4, ge=1, le=1024)
     report_incident_steps: int = Field(default=60, ge=5, le=100_000)
     report_max_incident_plots: int = Field(default=12, ge=0, le=200)

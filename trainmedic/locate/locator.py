@@ -225,6 +225,11 @@ class Locator:
         self._expect("retry")
         matched = _match(self._retry, results)
         self._tests += len(matched)
+        # The round's first measurements may come from its retries (the first attempts cut
+        # off): they set the reference too. Judged without one, a slow pair would pass and
+        # clear its slow node, which would then convict a healthy partner later.
+        if not self._fixed_reference and self.reference_gbps is None:
+            self.reference_gbps = reference_busbw(matched, self.reference_quantile)
         verdicts = judge_round(matched, self.slow_ratio, self.reference_gbps)
         self._apply(self._retry, verdicts)
         position = {frozenset(g): i for i, g in enumerate(self._groups)}
