@@ -31,6 +31,8 @@ def test_the_report_reads_temperatures_and_survives_without_them(
     from trainmedic.sim.exporter import make_server
 
     cluster, _ = sim
+    # Racks of 4, as the inventory declares them (trainmedic_rack): rack02 is node005..node008.
+    cluster.create(8, nodes_per_switch=4, inventory_dir=get_settings().inventory)
     cluster.inject("node006", "overheat", gpu=1)
     server = make_server(cluster, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
