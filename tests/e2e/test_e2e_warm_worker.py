@@ -71,7 +71,9 @@ def locate(nodes: str) -> UUID:
     return run.id
 
 
-def test_paused_and_crashed_runs_block_nothing_and_an_approval_resumes(stack, capsys) -> None:
+def test_paused_crashed_and_cancelled_runs_block_nothing_and_an_approval_resumes(
+    stack, capsys
+) -> None:
     from trainmedic.cli.main import main
 
     settings, embedded = stack
@@ -122,6 +124,13 @@ def test_paused_and_crashed_runs_block_nothing_and_an_approval_resumes(stack, ca
     assert "JobNotFound" in (triaged.state.message or "")
     assert any(m.startswith("started in pid ") for m in run_log(triaged.id))
     assert flow_run(kept).state.is_paused()
+
+    # Cancelled from the CLI: the worker stops that run's process, the run is Cancelled.
+    unwanted = wait_state(locate("node[005-008]"), "is_paused")
+    assert main(["cancel", unwanted.name, "--reason", "not needed", "--by", "dana"]) == 0
+    assert wait_state(unwanted.id, "is_cancelled").state.is_cancelled()
+    gone = Path(f"/proc/{unwanted.infrastructure_pid}")
+    wait_until(lambda: not gone.exists() or "Z" in gone.joinpath("stat").read_text(), 30, "gone")
 
     # The human answers; the paused run resumes in its process and drains what it found.
     assert main(["approve", str(kept), "--reason", "ticket 7", "--by", "dana"]) == 0
