@@ -10,7 +10,10 @@ imports Prefect and every runbook once, and each flow run is a ``fork()`` of it 
 worker does with one is unchanged: the pool, deployments, triggers and schedules as the UI
 shows them, cancellation (the control channel and SIGTERM to the run's pid), pause/resume
 (a paused run waits in its own process, others go on) and crash isolation (a run that dies
-is reported Crashed by the worker, which keeps polling).
+is reported Crashed by the worker, which keeps polling). If the worker itself dies, its runs
+go on in their processes and report their own end (a restarted worker can still cancel them,
+by pid); `trainmedic down` (SIGTERM to the group) ends a run in flight as Crashed. Runs killed
+with the whole group at once (SIGKILL, a reboot) stay Running or Paused: nothing marks them yet.
 """
 
 from __future__ import annotations
