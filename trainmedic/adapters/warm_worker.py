@@ -193,6 +193,9 @@ class WarmProcessWorker(ProcessWorker):
         configuration: ProcessJobConfiguration,
         task_status: anyio.abc.TaskStatus[int] | None = None,
     ) -> ProcessWorkerResult:
+        if configuration._command_configured:
+            # A deployment that names its own command gets it, as Prefect's worker runs it.
+            return await super().run(flow_run, configuration, task_status)
         status = task_status if task_status is not None else anyio.TASK_STATUS_IGNORED
         cwd = Path(configuration.working_dir or os.getcwd()).resolve()
         async with FlowRunExecutorContext() as ctx:
