@@ -1,5 +1,6 @@
 """The embedded stack: a local Prefect server (SQLite under ``home`` unless a database URL is
-set), a process worker for the deployments in prefect.yaml, the intake (`trainmedic watch`:
+set), a process worker for the deployments in prefect.yaml (its runs forked from a warm
+interpreter: adapters/warm_worker.py), the intake (`trainmedic watch`:
 the scheduler's failures as events, the triggers' input) and, on the simulated cluster, its
 DCGM exporter. Each runs detached with a pid file and a log file under ``<home>/run``, so
 ``trainmedic up`` / ``down`` can be called again safely."""
@@ -21,6 +22,7 @@ from trainmedic.core.errors import ServerError
 from trainmedic.core.settings import REPO_ROOT, Settings
 
 WORK_POOL = "trainmedic"
+WORKER_NAME = "trainmedic-local"
 
 
 def prefect_env(settings: Settings) -> dict[str, str]:
@@ -156,21 +158,13 @@ class Stack:
             ],
             run_dir,
         )
-        self.worker = Service(
-            "worker",
-            [
-                prefect,
-                "worker",
-                "start",
-                "--pool",
-                WORK_POOL,
-                "--type",
-                "process",
-                "--name",
-                "trainmedic-local",
-            ],
-            run_dir,
+        process_worker = ["--pool", WORK_POOL, "--type", "process", "--name", WORKER_NAME]
+        worker_argv = (
+            [sys.executable, "-m", "trainmedic.adapters.warm_worker", WORK_POOL, WORKER_NAME]
+            if settings.warm_worker
+            else [prefect, "worker", "start", *process_worker]
         )
+        self.worker = Service("worker", worker_argv, run_dir)
         self.intake = Service(
             "intake",
             [
@@ -292,4 +286,5 @@ class Stack:
             "api_url": self.api_url,
             "healthy": self.healthy(),
             **{s.name: s.pid() for s in self.services},
+            "worker_kind": "warm" if self.settings.warm_worker else "process",
         }

@@ -162,9 +162,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                 "run", args.run, f"is {state.name if state else '?'}: it is not in flight"
             )
         message = f"cancelled by {args.by or getpass.getuser()}: {args.reason or 'no reason given'}"
-        # Nothing runs a scheduled or paused run's code: it ends now. A running one is
-        # Cancelling: its worker stops the process, then marks it Cancelled.
-        waiting = state.is_scheduled() or state.is_paused()
+        # Nothing runs a scheduled run's code: it ends now. A running one, or one paused for
+        # a human (it waits in its own process), is Cancelling: its worker stops the
+        # process, then marks it Cancelled.
+        waiting = state.is_scheduled() or (state.is_paused() and not run.infrastructure_pid)
         new = Cancelled(message=message) if waiting else Cancelling(message=message)
         client.set_flow_run_state(run.id, new, force=True)
     summary = {

@@ -13,6 +13,12 @@ from trainmedic.cli.common import AddCommand, print_json
 from trainmedic.core.errors import TrainmedicError
 from trainmedic.core.settings import Settings, get_settings
 
+# What `status` says of the worker (TRAINMEDIC_WARM_WORKER).
+WORKER_KINDS = {
+    "warm": "runs fork from its warm interpreter",
+    "process": "a new Python process per run",
+}
+
 
 def cmd_up(args: argparse.Namespace) -> int:
     from trainmedic.stack import Stack
@@ -72,9 +78,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(status)
         return 0
     print(f"  api: {status['api_url']} ({'healthy' if status['healthy'] else 'NOT answering'})")
+    kinds = {"worker": WORKER_KINDS[str(status["worker_kind"])]}
     for name in ("server", "worker", "exporter"):
         pid = status[name]
-        print(f"  {name}: {f'running (pid {pid})' if pid else 'stopped'}")
+        kind = f", {kinds[name]}" if name in kinds else ""
+        print(f"  {name}: {f'running (pid {pid}{kind})' if pid else 'stopped'}")
     intake = status["intake"]
     running = f"running (pid {intake['pid']})" if intake["pid"] else "STOPPED: no automatic triage"
     print(f"  intake: {running}; {intake['state']}")

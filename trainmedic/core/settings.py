@@ -44,6 +44,11 @@ class Settings(BaseSettings):
         description="PREFECT_SERVER_DATABASE_CONNECTION_URL, e.g. "
         "postgresql+asyncpg://prefect:***@db/prefect; SQLite under home when unset",
     )
+    warm_worker: bool = Field(
+        default=True,
+        description="flow runs fork from a warm interpreter (adapters/warm_worker.py); "
+        "false: Prefect's process worker, one new Python process per run",
+    )
 
     # The simulated cluster: its DCGM exporter (started by `trainmedic up` on the sim), the
     # simulated trainer's seconds per step, a pair test's duration, and how long a test

@@ -1,0 +1,32 @@
+"""The warm worker's parts that need no server: the stack starts it (or Prefect's process
+worker when told), and a fork of its forkserver has every runbook imported already."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainmedic.adapters.warm_worker import PRELOAD, cold_modules, warm_context
+from trainmedic.core.settings import REPO_ROOT, Settings
+from trainmedic.stack import WORK_POOL, Stack
+
+
+def test_every_runbook_module_is_preloaded() -> None:
+    runbooks = {f"flows.{p.stem}" for p in (REPO_ROOT / "flows").glob("*.py")} - {"flows.__init__"}
+    assert runbooks <= set(PRELOAD)
+
+
+def test_a_fork_of_the_warm_interpreter_has_every_preload_imported() -> None:
+    assert cold_modules(warm_context()) == []
+
+
+@pytest.mark.parametrize(
+    ("warm", "command"),
+    [(True, "trainmedic.adapters.warm_worker"), (False, "worker start")],
+)
+def test_the_stack_starts_the_worker_it_is_told(tmp_path: Path, warm: bool, command: str) -> None:
+    stack = Stack(Settings(home=tmp_path, warm_worker=warm))
+    argv = " ".join(stack.worker.argv)
+    assert command in argv and WORK_POOL in argv and "trainmedic-local" in argv
+    assert stack.status()["worker_kind"] == ("warm" if warm else "process")
