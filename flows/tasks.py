@@ -15,6 +15,8 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+from prefect.exceptions import PrefectHTTPStatusError
 from prefect.runtime import flow_run
 
 from flows.verify import heartbeat_step, schedule_verification, training_again
@@ -28,6 +30,7 @@ from trainmedic.core.errors import (
     ConfigError,
     PolicyRefused,
     SchedulerError,
+    ServerError,
     TelemetryError,
 )
 from trainmedic.core.models import (
@@ -286,7 +289,20 @@ def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoin
     return chosen
 
 
-@task(name="resubmit-job", cache_policy=NO_CACHE)
+# The Prefect server refusing for a moment (SQLite busy under a storm: 503) while the task
+# takes the guard lock: it retries instead of failing the remediation half-way. Safe because
+# it is idempotent: a second try finds its own resubmission. (A drain does not retry: a drain
+# done whose record was lost would come back "already drained", and not be ours.)
+SERVER_BUSY = (ConcurrencySlotAcquisitionError, PrefectHTTPStatusError, ServerError)
+
+
+@task(
+    name="resubmit-job",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=[1, 3, 9],
+    retry_condition_fn=_transient(SERVER_BUSY),
+)
 def resubmit_job(
     job: JobInfo,
     checkpoint: Checkpoint | None,

@@ -71,9 +71,7 @@ class LocateReport(Strict):
     """The outcome: four disjoint sorted sets covering ``nodes``, and how it was reached.
 
     ``rounds`` counts planned test rounds (retries are not rounds); ``tests_run`` counts
-    every group test executed, retries included. The defaults: nothing tested (no node could
-    be held).
-    """
+    every group test executed, retries included. Defaults: nothing tested (none held)."""
 
     slow_ratio: float
     nodes: tuple[str, ...] = ()
@@ -225,9 +223,7 @@ class Locator:
         self._expect("retry")
         matched = _match(self._retry, results)
         self._tests += len(matched)
-        # The round's first measurements may come from its retries (the first attempts cut
-        # off): they set the reference too. Judged without one, a slow pair would pass and
-        # clear its slow node, which would then convict a healthy partner later.
+        # Retries may bring the first measurements (else a slow pair passes, clearing a slow node)
         if not self._fixed_reference and self.reference_gbps is None:
             self.reference_gbps = reference_busbw(matched, self.reference_quantile)
         verdicts = judge_round(matched, self.slow_ratio, self.reference_gbps)
@@ -367,8 +363,7 @@ def locate(
 ) -> LocateReport:
     """Run the whole search. ``run_round`` runs one batch of groups concurrently; it is
     called once per round and once more for the round's retries when there are any.
-    ``on_round`` sees each round's record as soon as the round ends (e.g. to publish a
-    table artifact)."""
+    ``on_round`` sees each round's record as soon as the round ends (e.g. for an artifact)."""
     locator = Locator(
         nodes,
         seed=seed,
