@@ -1,8 +1,11 @@
 """Runbook `triage`: a job failed — find out why and where, act, and restart it.
 
-load job → fetch every rank's logs, node diagnostics (playbook) and telemetry
-         → classify → plan → drain the origin node → restart from the newest valid
-         checkpoint → verify it trains again → Markdown report
+load job → admitted? (not a replay, stale, foreign) → claim the incident (this job and every
+failure linked to it in a storm; a job another run has ends here) → fetch every rank's logs,
+node diagnostics (one playbook over all the incident's nodes) and telemetry → classify and
+plan each job → one isolation decision: drain the proven origins, pair-test the rest (a dead
+leaf switch is held and paged, not drained) → restart each from the newest valid checkpoint
+→ verify it trains again → Markdown reports
 """
 
 from __future__ import annotations
