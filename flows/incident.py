@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
-from flows.tasks import node_topology, server_state, tell_human
+from flows.tasks import SERVER_BUSY, _transient, node_topology, server_state, tell_human
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ACTION_RETENTION
 from trainmedic.core import validate
@@ -99,10 +99,18 @@ def _candidates(jobs: list[JobInfo], incidents: list[Incident], taken: set[str])
     ]
 
 
-@task(name="claim-incident", cache_policy=NO_CACHE)
+@task(
+    name="claim-incident",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=[1, 3, 9],
+    retry_condition_fn=_transient(SERVER_BUSY),
+)
 def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
     """The jobs this run remediates. A job in an incident that another live run handles
-    (or handled: a closed one, unless a human asks again) is not this run's."""
+    (or handled: a closed one, unless a human asks again) is not this run's. Idempotent: a
+    retry after the server refused for a moment finds this run's own claim and takes it up
+    (a run that failed on a busy server would leave its only event unanswered)."""
     settings = get_settings()
     logger = get_run_logger()
     state = server_state()
@@ -127,24 +135,33 @@ def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
 
     with state.incident_lock():
         incidents = live(state.incidents(since=since))
-        for incident in incidents:
-            if job.job_id in incident.jobs and not (manual and incident.closed_at is not None):
+        me = str(flow_run.get_id() or "local")
+        mine = [
+            i for i in incidents if i.leader == me and i.closed_at is None and job.job_id in i.jobs
+        ]
+        others = [i for i in incidents if job.job_id in i.jobs and i not in mine]
+        for incident in others if not mine else []:
+            if not (manual and incident.closed_at is not None):
                 return Claim(handled_by=incident)
-        taken = {j for i in incidents if i.closed_at is None for j in i.jobs}
-        group = [job]
-        if job.ended_at is not None and job.state in FAILED_STATES:
-            group = gather_incident(
-                job, _candidates(scheduler.jobs(), incidents, taken), topology, window
+        if mine:  # this run's own claim, from a try the server cut short
+            incident = mine[0]
+            group = [scheduler.job(j) for j in incident.jobs]
+        else:
+            taken = {j for i in incidents if i.closed_at is None for j in i.jobs}
+            group = [job]
+            if job.ended_at is not None and job.state in FAILED_STATES:
+                group = gather_incident(
+                    job, _candidates(scheduler.jobs(), incidents, taken), topology, window
+                )
+            incident = Incident(
+                incident_id=f"{job.job_id.replace('_', '-')}-{secrets.token_hex(3)}",
+                leader=me,
+                jobs=tuple(j.job_id for j in group),
+                nodes=tuple(sorted({n for j in group for n in j.nodes})),
+                opened_at=datetime.now(UTC),
             )
-        incident = Incident(
-            incident_id=f"{job.job_id.replace('_', '-')}-{secrets.token_hex(3)}",
-            leader=str(flow_run.get_id() or "local"),
-            jobs=tuple(j.job_id for j in group),
-            nodes=tuple(sorted({n for j in group for n in j.nodes})),
-            opened_at=datetime.now(UTC),
-        )
-        if not dry_run:
-            state.put_incident(incident)
+            if not dry_run:
+                state.put_incident(incident)
     if len(group) > 1:
         logger.warning(
             "incident %s: %d jobs failed together (%s) on %s: one diagnosis, one isolation",

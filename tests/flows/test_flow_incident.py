@@ -96,3 +96,35 @@ def test_a_dead_leaf_switch_is_one_incident_held_and_paged(prefect_server, fabri
     # A new job is not placed behind the dead switch either (the hold).
     later = scheduler.submit(JobSpec(name="later", nodes=4, gpus_per_node=1, steps=10))
     assert not set(later.nodes) & set(dead)
+
+
+def test_a_claim_is_taken_up_by_its_own_retry_and_refused_to_another_run(
+    prefect_server, fabric
+) -> None:
+    """A claim the server cut short is retried: the retry finds the run's own record and takes
+    it up (not 'handled by another run', which would leave the job's only event unanswered);
+    another run finds the job taken."""
+    from prefect import flow
+
+    from flows.incident import claim_incident
+
+    _, scheduler = fabric
+    job = scheduler.submit(JobSpec(name="claimed", nodes=1, gpus_per_node=1, steps=100_000))
+
+    @flow
+    def claim_elsewhere():  # type: ignore[no-untyped-def]
+        return claim_incident.fn(job, manual=False, dry_run=False)
+
+    @flow
+    def claim_twice() -> tuple:
+        first = claim_incident.fn(job, manual=False, dry_run=False)
+        retried = claim_incident.fn(job, manual=False, dry_run=False)
+        # Another run (a subflow: its own run id) while this one is still live.
+        return first, retried, claim_elsewhere()
+
+    first, retried, other = claim_twice()
+    assert first.incident is not None and first.handled_by is None
+    assert retried.incident == first.incident and [j.job_id for j in retried.jobs] == [job.job_id]
+    assert other.incident is None and other.handled_by == first.incident
+    # Once the run has ended without closing its incident, the job is free to claim again.
+    assert claim_elsewhere().incident is not None
