@@ -43,6 +43,7 @@ PRELOAD = [
     "prefect.engine",
     "prefect.flow_engine",
     "prefect.deployments.steps",
+    "flows.incident",
     "flows.isolate",
     "flows.locate",
     "flows.preflight",
