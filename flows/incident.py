@@ -147,7 +147,9 @@ def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
             incident = mine[0]
             group = [scheduler.job(j) for j in incident.jobs]
         else:
-            taken = {j for i in incidents if i.closed_at is None for j in i.jobs}
+            # Jobs of another live or finished incident are not gathered again (a job left
+            # to its owner would be told twice); only a human's triage takes one up again.
+            taken = {j for i in incidents for j in i.jobs}
             group = [job]
             if job.ended_at is not None and job.state in FAILED_STATES:
                 group = gather_incident(
