@@ -29,7 +29,7 @@ from support.waits import run_in_thread, unique_run_name, wait_finished, wait_pa
 from trainmedic.adapters.scheduler.sim import SimScheduler
 from trainmedic.core.models import JobSpec, NodeState
 from trainmedic.core.settings import Settings
-from trainmedic.sim.cluster import SimCluster
+from trainmedic.sim.cluster import NodeFault, SimCluster
 from trainmedic.stack import Stack
 
 CHROMIUM = Path(os.environ.get("TRAINMEDIC_CHROMIUM", "/usr/bin/chromium"))
@@ -241,6 +241,7 @@ def test_fleet_report_shows_its_pictures_on_its_artifact_page(ui_server, tmp_pat
     wait_step(job, 45)
     cluster.inject(job.nodes[1], "ecc")
     wait_finished(scheduler, job.job_id)
+    cluster.repair(job.nodes[1])  # the report reads history; the next scenario needs the node whole
 
     state = fleet_report_flow(FleetReportRequest(since_h=1), return_state=True)
     result = state.result()
@@ -272,6 +273,8 @@ def test_paused_locate_run_asks_for_approval_on_its_page(ui_server, tmp_path: Pa
     for job in scheduler.jobs():  # the triage test's resubmission holds nodes: free them
         if not job.state.finished:
             scheduler.cancel(job.job_id, "next scenario")
+    for name in ("node005", "node006", "node008"):  # only node007 is faulty in this scenario
+        assert cluster.status(name).fault is NodeFault.healthy, f"{name} left faulty before"
     cluster.inject("node007", "nvlink")
     request = LocateRequest(
         nodes="node[005-008]",
