@@ -12,7 +12,8 @@ corrections of diagnoses (every worker applies them).
   longest window a policy may have) and one per node trainmedic holds drained
   (``tm_drain_*``, deleted when trainmedic returns the node), and one per human
   correction (``tm_correction_*``), and one per incident (``tm_incident_*``: a storm's jobs,
-  claimed by one run under the incident lock, kept for the action retention).
+  claimed by one run under the incident lock, kept for the action retention), and one per
+  repair (``tm_repair_*``: how a repeated fault is recognised, kept for the repair retention).
 
 Both are per cluster (``Settings.cluster``): clusters that share one Prefect server each have
 their own lock, breaker and drain records.
@@ -34,12 +35,13 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from pydantic import ValidationError
 
 from trainmedic.core.errors import ServerError
-from trainmedic.state.records import ActionEntry, Correction, DrainRecord, Incident
+from trainmedic.state.records import ActionEntry, Correction, DrainRecord, Incident, RepairRecord
 
 __all__ = [
     "ACTION_RETENTION",
     "GUARD_LOCK",
     "INCIDENT_LOCK",
+    "REPAIR_RETENTION",
     "ServerState",
     "drain_variable_name",
     "ensure_limit",
@@ -51,6 +53,8 @@ GUARD_LOCK = "trainmedic-guard"
 INCIDENT_LOCK = "trainmedic-incident"
 # No policy window may be longer (settings cap breaker and drain windows at 7 days).
 ACTION_RETENTION = timedelta(days=7)
+# The repair escalation window is capped at 30 days.
+REPAIR_RETENTION = timedelta(days=30)
 GUARD_WAIT_S = 300
 GUARD_LEASE_S = 300
 PAGE = 200
@@ -119,6 +123,7 @@ class ServerState:
         self.drain_tag = f"trainmedic-drain-{cluster}"
         self.correction_tag = f"trainmedic-correction-{cluster}"
         self.incident_tag = f"trainmedic-incident-{cluster}"
+        self.repair_tag = f"trainmedic-repair-{cluster}"
 
     def lock(self, timeout_s: float = GUARD_WAIT_S) -> contextlib.AbstractContextManager[None]:
         return guard_lock(self.cluster, timeout_s)
@@ -224,6 +229,28 @@ class ServerState:
 
     def forget_drain(self, node: str) -> None:
         self._delete(drain_variable_name(self.cluster, node))
+
+    # ------------------------------------------------------------------ repairs
+
+    def record_repair(self, record: RepairRecord) -> None:
+        stamp = record.at.astimezone(UTC).strftime("%Y%m%dt%H%M%S%f")
+        name = f"tm_repair_{self.cluster}_{stamp}_{secrets.token_hex(4)}"
+        self._put(name, record.model_dump(mode="json"), self.repair_tag)
+
+    def repairs(self, node: str | None = None) -> list[RepairRecord]:
+        """The repairs still kept (of ``node``), oldest first; older ones are deleted."""
+        cutoff = datetime.now(UTC) - REPAIR_RETENTION
+        found = []
+        for name, value in self._values(self.repair_tag, f"tm_repair_{self.cluster}_%"):
+            try:
+                record = RepairRecord.model_validate(value)
+            except ValidationError:
+                continue
+            if record.at < cutoff:
+                self._delete(name)
+            elif node is None or record.node == node:
+                found.append(record)
+        return sorted(found, key=lambda r: r.at)
 
     # ------------------------------------------------------------------ corrections
 

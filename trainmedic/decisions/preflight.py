@@ -11,17 +11,14 @@ not a reason (a repaired node keeps its old lines until it reboots). Pure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from trainmedic.core.models import Strict
 from trainmedic.diagnosis.freshness import kernel_line_time
-from trainmedic.diagnosis.xid import lookup
+from trainmedic.diagnosis.xid import lookup, parse_xid_line
 
 __all__ = ["NodeFitness", "kernel_line_time", "node_fitness"]
-
-_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
 
 class NodeFitness(Strict):
@@ -51,8 +48,8 @@ def node_fitness(
         problems += _gpu_problems(rows, gpu_fields, hot_c)
     since = now - timedelta(seconds=xid_window_s)
     for line in [str(x) for x in facts.get("xid_lines") or []]:  # type: ignore[union-attr]
-        match = _XID.search(line)
-        entry = lookup(int(match[1])) if match else None
+        xid = parse_xid_line(line)
+        entry = lookup(xid.code) if xid else None
         if entry is None or entry.kind != "hardware":
             continue
         at = kernel_line_time(line)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -19,7 +20,15 @@ from importlib import resources
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
 
-__all__ = ["APPLICATION_XID", "XidEntry", "codes_for", "load_xid_catalogue", "lookup"]
+__all__ = [
+    "APPLICATION_XID",
+    "XidEntry",
+    "XidLine",
+    "codes_for",
+    "load_xid_catalogue",
+    "lookup",
+    "parse_xid_line",
+]
 
 # The signature id of application-class Xid lines (the job's own fault).
 APPLICATION_XID = "xid-application"
@@ -73,3 +82,29 @@ def lookup(code: int) -> XidEntry | None:
 def codes_for(category: Category) -> frozenset[int]:
     """Every Xid code the catalogue files under ``category``."""
     return frozenset(e.code for e in load_xid_catalogue().values() if e.category is category)
+
+
+# The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ..." (PCI domain, bus,
+# device of the GPU; some drivers add the function).
+_XID_LINE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
+    r"(?P<device>[0-9a-fA-F]{2})(?:\.(?P<function>[0-7]))?\): (?P<code>\d+)\b"
+)
+
+
+@dataclass(frozen=True)
+class XidLine:
+    code: int
+    pci_bus_id: str  # as nvidia-smi names the GPU: 00000000:3B:00.0
+
+
+def parse_xid_line(line: str) -> XidLine | None:
+    """The Xid code and the GPU of a driver's Xid kernel line; None for any other line."""
+    match = _XID_LINE.search(line)
+    if match is None:
+        return None
+    bus_id = (
+        f"{int(match['domain'], 16):08X}:{match['bus'].upper()}:{match['device'].upper()}"
+        f".{match['function'] or '0'}"
+    )
+    return XidLine(code=int(match["code"]), pci_bus_id=bus_id)

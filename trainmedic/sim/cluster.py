@@ -29,7 +29,7 @@ from trainmedic.core.models import NodePlace
 from trainmedic.core.settings import REPO_ROOT
 
 MAX_NODES = 1024
-COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi")
+COMMANDS = ("nvidia-smi", "dmesg", "all_gather_perf", "dcgmi", "reboot", "boot-id")
 
 
 # A file in a node's directory: its kernel log is refused to an unprivileged reader.
@@ -42,7 +42,10 @@ DRIVER = "550.127.05"
 class NodeFault(StrEnum):
     healthy = "healthy"
     xid79 = "xid79"  # GPU fallen off the bus
-    ecc = "ecc"  # uncorrectable ECC (Xid 48, row remap Xid 63)
+    ecc = "ecc"  # uncorrectable ECC (Xid 48, row remap Xid 63): a GPU reset remaps the row
+    # Uncorrectable ECC and the row remap failed (Xid 48, Xid 64): out of spare rows, no
+    # reset or reboot fixes it (NVIDIA's RMA policy).
+    rowremap = "rowremap"
     nvlink = "nvlink"  # NVLink fatal error (Xid 74)
     slow = "slow"  # degraded link: works, at a fraction of the bandwidth
     down = "down"  # unreachable: no ssh, no scheduler heartbeat
@@ -75,6 +78,13 @@ def xid_lines(fault: NodeFault, gpu: int, pid: int = 0) -> list[str]:
             "been detected on GPU in the framebuffer at partition 0, subpartition 0.",
             f"{head}63, pid={pid}, name=python, Row Remapping: New row marked for remapping, "
             "reset gpu to activate.",
+        ]
+    if fault is NodeFault.rowremap:
+        return [
+            f"{head}48, pid={pid}, name=python, An uncorrectable double bit error (DBE) has "
+            "been detected on GPU in the framebuffer at partition 0, subpartition 0.",
+            f"{head}64, pid={pid}, name=python, Row Remapping: Failed to remap row, no spare "
+            "rows left in bank.",
         ]
     if fault is NodeFault.nvlink:
         return [
@@ -113,7 +123,22 @@ class Hardware(BaseModel):
 
 
 # What each fault adds to the faulty GPU's counters, and the Xid DCGM reports for it.
-XID_OF = {NodeFault.xid79: 79, NodeFault.ecc: 48, NodeFault.nvlink: 74, NodeFault.overheat: 62}
+XID_OF = {
+    NodeFault.xid79: 79,
+    NodeFault.ecc: 48,
+    NodeFault.rowremap: 64,
+    NodeFault.nvlink: 74,
+    NodeFault.overheat: 62,
+}
+# Faults that crash a rank on the faulty GPU (the others slow the job or cut it off).
+GPU_FAULTS = (NodeFault.xid79, NodeFault.ecc, NodeFault.rowremap, NodeFault.nvlink)
+MEMORY_FAULTS = (NodeFault.ecc, NodeFault.rowremap)
+# What clears each fault, as on real hardware. A GPU reset (nvidia-smi -r) applies a pending
+# row remap and retrains NVLinks; a GPU lost from the bus needs the OS to find it again (a
+# reboot); a failed row remap, a bad cable, a dead switch port, cooling and a dead node need
+# hands on the hardware (SimCluster.repair).
+CLEARED_BY_RESET = (NodeFault.ecc, NodeFault.nvlink)
+CLEARED_BY_REBOOT = (NodeFault.ecc, NodeFault.nvlink, NodeFault.xid79)
 ECC_PER_FAULT = 2
 NVLINK_CRC_PER_FAULT = 1843
 
@@ -275,7 +300,7 @@ class SimCluster:
         hardware = read_hardware(node_dir)
         hardware.booted = min(hardware.booted, at - 60)
         counters = hardware.gpu(gpu)
-        if fault is NodeFault.ecc:
+        if fault in MEMORY_FAULTS:
             counters.ecc_dbe_volatile += ECC_PER_FAULT
             counters.ecc_dbe_aggregate += ECC_PER_FAULT
         if fault is NodeFault.nvlink:
@@ -374,3 +399,37 @@ def kernel_records(node_dir: Path) -> list[tuple[float, str]]:
         except ValueError:  # a ring buffer of an older simulator: the time is lost
             records.append((0.0, line))
     return records
+
+
+def reset_gpu(node_dir: Path, gpu: int, *, at: float | None = None) -> bool:
+    """``nvidia-smi -r`` on one GPU: the driver reinitialises it (the volatile ECC count starts
+    again, the kernel logs the reset) and the faults a reset clears are gone. False: the GPU
+    is lost from the bus and cannot be reset."""
+    status = node_status(node_dir)
+    if status.fault is NodeFault.xid79 and status.gpu == gpu:
+        return False
+    at = time.time() if at is None else at
+    hardware = read_hardware(node_dir)
+    hardware.gpu(gpu).ecc_dbe_volatile = 0
+    write_json_atomic(node_dir / HARDWARE, hardware.model_dump())
+    append_kernel_log(node_dir, [f"NVRM: GPU at {pci_bus_id(gpu)} has been reset."], at=at)
+    if status.gpu == gpu and status.fault in CLEARED_BY_RESET:
+        write_json_atomic(
+            node_dir / "state.json", NodeStatus(name=status.name, since=at).model_dump()
+        )
+    return True
+
+
+def reboot(node_dir: Path, *, at: float | None = None) -> None:
+    """The node reboots: a new boot (empty ring buffer, DCGM restarted, the driver reloaded)
+    and the faults a reboot clears are gone; the others are still there after it, and their
+    Xid lines come back as the driver finds the fault again."""
+    status = node_status(node_dir)
+    at = time.time() if at is None else at
+    boot(node_dir, at)
+    if status.fault in CLEARED_BY_REBOOT:
+        write_json_atomic(
+            node_dir / "state.json", NodeStatus(name=status.name, since=at).model_dump()
+        )
+    elif status.fault is not NodeFault.healthy:
+        append_kernel_log(node_dir, xid_lines(status.fault, status.gpu), at=at + 1)

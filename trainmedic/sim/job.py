@@ -26,11 +26,10 @@ from trainmedic.adapters.checkpoints import MANIFEST, checkpoint_dirname, sha256
 from trainmedic.core.files import read_json, write_json_atomic
 from trainmedic.core.models import JobSpec
 from trainmedic.core.settings import get_settings
-from trainmedic.sim.cluster import NodeFault, node_status
+from trainmedic.sim.cluster import GPU_FAULTS, NodeFault, node_status
 
 SHARD_BYTES = 64 * 1024
 NCCL_TIMEOUT_MS = 600_000
-HARDWARE_FAULTS = (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)
 
 
 # A thermally throttled or slow GPU makes every collective wait for it.
@@ -213,7 +212,7 @@ class Trainer:
             return self.finish("FAILED", 1, "dataloader worker killed")
         if kind == "oom":
             return self.finish("FAILED", 137, "OOM killed (host)")
-        broken = {n: f for n, f in faults.items() if f in HARDWARE_FAULTS}
+        broken = {n: f for n, f in faults.items() if f in GPU_FAULTS}
         down = [n for n, f in faults.items() if f is NodeFault.down]
         cut_off = [n for n, f in faults.items() if f is NodeFault.link]
         if cut_off and not broken and not down and len(self.nodes) > 1:
@@ -281,6 +280,7 @@ class Trainer:
         message = {
             NodeFault.xid79: "CUDA error: unspecified launch failure",
             NodeFault.ecc: "CUDA error: uncorrectable ECC error encountered",
+            NodeFault.rowremap: "CUDA error: uncorrectable ECC error encountered",
         }[fault]
         self.traceback(
             rank,

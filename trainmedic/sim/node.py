@@ -17,7 +17,9 @@ from pathlib import Path
 
 from trainmedic.core.settings import get_settings
 from trainmedic.sim.cluster import (
+    GPU_FAULTS,
     KERNEL_LOG_RESTRICTED,
+    MEMORY_FAULTS,
     Hardware,
     NodeFault,
     NodeStatus,
@@ -26,6 +28,8 @@ from trainmedic.sim.cluster import (
     node_status,
     pci_bus_id,
     read_hardware,
+    reboot,
+    reset_gpu,
 )
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -62,6 +66,8 @@ def nvidia_smi(node_dir: Path, argv: list[str]) -> int:
     status = node_status(node_dir)
     if status.fault is NodeFault.down:
         return _unreachable(status)
+    if "-r" in argv or "--gpu-reset" in argv:
+        return gpu_reset(node_dir, argv)
     gpus = _gpus(node_dir)
     if status.fault is NodeFault.xid79:
         print(
@@ -167,22 +173,83 @@ def _dmesg_line(style: str, at: float, booted: float, message: str) -> str:
 
 
 def dcgmi(node_dir: Path, argv: list[str]) -> int:
+    """``dcgmi diag -r LEVEL``: level 1 the quick deployment checks (a lost GPU fails them),
+    2 adds the PCIe, memory and NVLink tests, 3 and 4 the targeted stress that finds a GPU
+    that overheats. Exit 1 when a test fails, as dcgmi does."""
     status = node_status(node_dir)
     if status.fault is NodeFault.down:
         return _unreachable(status)
-    verdicts = {
-        "Memory": "Fail" if status.fault is NodeFault.ecc else "Pass",
-        "NVLink": "Fail" if status.fault is NodeFault.nvlink else "Pass",
-        "PCIe": "Fail" if status.fault is NodeFault.xid79 else "Pass",
-        "Thermal": "Fail" if status.fault is NodeFault.overheat else "Pass",
+    level = 1
+    if "-r" in argv and argv.index("-r") + 1 < len(argv):
+        value = argv[argv.index("-r") + 1]
+        if value not in ("1", "2", "3", "4"):
+            print(f"Error: invalid run level '{value}'", file=sys.stderr)
+            return 2
+        level = int(value)
+    fails = {
+        "Deployment": status.fault is NodeFault.xid79,
+        "PCIe": status.fault is NodeFault.xid79,
+        "Memory": status.fault in MEMORY_FAULTS,
+        "NVLink": status.fault is NodeFault.nvlink,
+        "Targeted Stress": status.fault is NodeFault.overheat,
     }
+    tests = ["Deployment"] + (["PCIe", "Memory", "NVLink"] if level >= 2 else [])
+    tests += ["Targeted Stress"] if level >= 3 else []
+    verdicts = {test: (f"Fail - GPU: {status.gpu}" if fails[test] else "Pass") for test in tests}
     print("+---------------------------+------------------------------------------------+")
     print("| Diagnostic                | Result                                         |")
     print("+===========================+================================================+")
     for test, verdict in verdicts.items():
         print(f"| {test:<25} | {verdict:<46} |")
     print("+---------------------------+------------------------------------------------+")
-    return 1 if "Fail" in verdicts.values() else 0
+    return 1 if any(v.startswith("Fail") for v in verdicts.values()) else 0
+
+
+# ----------------------------------------------------------------------------- repairs
+
+
+def gpu_reset(node_dir: Path, argv: list[str]) -> int:
+    """``nvidia-smi -r [-i GPU]``: GPU ids are indexes or PCI bus ids."""
+    gpus = _gpus(node_dir)
+    ids = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-i", "--id")]
+    targets: list[int] = []
+    for ident in ids or [str(g) for g in range(gpus)]:
+        found = next(
+            (g for g in range(gpus) if ident in (str(g), pci_bus_id(g), pci_bus_id(g)[4:])), None
+        )
+        if found is None:
+            print(f"No devices were found matching the identifier {ident!r}", file=sys.stderr)
+            return 6
+        targets.append(found)
+    rc = 0
+    for gpu in targets:
+        if reset_gpu(node_dir, gpu):
+            print(f"GPU {pci_bus_id(gpu)} was successfully reset.")
+        else:
+            print(f"Unable to reset GPU {pci_bus_id(gpu)}: GPU is lost.", file=sys.stderr)
+            rc = LOST_GPU_RC
+    if rc == 0:
+        print("All done.")
+    return rc
+
+
+def reboot_command(node_dir: Path, argv: list[str]) -> int:
+    """``reboot``: the node goes down and comes back (at once, in the simulation)."""
+    status = node_status(node_dir)
+    if status.fault is NodeFault.down:
+        return _unreachable(status)
+    reboot(node_dir)
+    return 0
+
+
+def boot_id(node_dir: Path, argv: list[str]) -> int:
+    """What ``cat /proc/sys/kernel/random/boot_id`` tells: a new value after each boot."""
+    status = node_status(node_dir)
+    if status.fault is NodeFault.down:
+        return _unreachable(status)
+    booted = read_hardware(node_dir).booted
+    print(hashlib.sha256(f"{status.name}-{booted:.6f}".encode()).hexdigest()[:32])
+    return 0
 
 
 # ----------------------------------------------------------------------------- allgather
@@ -219,7 +286,7 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
         # Bootstrap never completes with a peer that is gone: the real test hangs here.
         time.sleep(get_settings().sim_hang_seconds)
         return 1
-    broken = [s for s in statuses if s.fault in (NodeFault.xid79, NodeFault.ecc, NodeFault.nvlink)]
+    broken = [s for s in statuses if s.fault in GPU_FAULTS]
     time.sleep(seconds)
     cut_off = [s for s in statuses if s.fault is NodeFault.link]
     if cut_off and not broken:
@@ -237,6 +304,7 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
             message = {
                 NodeFault.xid79: "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
                 NodeFault.ecc: "uncorrectable ECC error encountered",
+                NodeFault.rowremap: "uncorrectable ECC error encountered",
                 NodeFault.nvlink: "an illegal memory access was encountered",
             }[status.fault]
             print(
@@ -290,6 +358,8 @@ COMMANDS = {
     "dmesg": dmesg,
     "dcgmi": dcgmi,
     "all_gather_perf": all_gather_perf,
+    "reboot": reboot_command,
+    "boot-id": boot_id,
 }
 
 

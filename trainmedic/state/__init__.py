@@ -2,6 +2,6 @@
 trainmedic.adapters.server_state) and the local diagnosis ledger."""
 
 from trainmedic.state.ledgers import DiagnosisLedger, Ledgers
-from trainmedic.state.records import ActionEntry, ActionKind, DrainRecord
+from trainmedic.state.records import ActionEntry, ActionKind, DrainRecord, RepairRecord
 
-__all__ = ["ActionEntry", "ActionKind", "DiagnosisLedger", "DrainRecord", "Ledgers"]
+__all__ = ["ActionEntry", "ActionKind", "DiagnosisLedger", "DrainRecord", "Ledgers", "RepairRecord"]

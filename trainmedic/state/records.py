@@ -40,6 +40,22 @@ class DrainRecord(Strict):
     reason: str = ""
     evidence: str = ""
     job_id: str | None = None
+    # What convicted it ("ECCError", "faulty", "slow"...): the repair it needs without an Xid.
+    verdict: str = ""
+    # Why it needs hardware inspection (a repeated fault, a fault no software repair fixes, a
+    # lemon); set: never returned automatically, only by a named human with --force.
+    inspection: str = ""
+
+
+class RepairRecord(Strict):
+    """One repair trainmedic made (or tried): how a repeat of the same fault is recognised."""
+
+    node: NodeName
+    fault: str  # "Xid 48", "faulty": what the repair answered
+    kind: str  # reset_gpu | reboot
+    at: datetime
+    flow_run: str = ""
+    outcome: str = ""
 
 
 class Correction(Strict):
