@@ -98,7 +98,12 @@ def isolate(
             reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
             actions.append(
                 drain_node(
-                    node, reason, dry_run, evidence=f"{verdicts[node]} {evidence}", job_id=job_id
+                    node,
+                    reason,
+                    dry_run,
+                    evidence=f"{verdicts[node]} {evidence}",
+                    job_id=job_id,
+                    verdict=verdicts[node],
                 )
             )
 

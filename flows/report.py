@@ -190,7 +190,8 @@ def fleet_report_flow(request: FleetReportRequest) -> FleetReportResult:
     since = until - timedelta(hours=request.since_h)
     scheduler = get_scheduler()
     jobs = [j for j in scheduler.jobs() if j.nodes]  # never started: no GPU time
-    drains = [(e.target, e.at) for e in server_state().actions() if e.kind is ActionKind.drain]
+    store = server_state()
+    drains = [(e.target, e.at) for e in store.actions() if e.kind is ActionKind.drain]
     nodes = [n.name for n in scheduler.nodes()]
     try:
         temperatures, kind = fetch_temperatures(nodes, since, until)
@@ -212,6 +213,8 @@ def fleet_report_flow(request: FleetReportRequest) -> FleetReportResult:
         },
         temperatures=temperatures,
         temperature_kind=kind,
+        repairs=[(r.node, r.at) for r in store.repairs()],
+        inspection=[r.node for r in store.drain_records() if r.inspection],
     )
     shown = {r.run for r in report.runs}
     plots = fleet_plots(report, incident_curves([a for a in attempts if a.run in shown], jobs))

@@ -1,13 +1,15 @@
-"""Runbook `restore-node`: a repaired node goes back into service only after it passes, and
-only when trainmedic drained it.
+"""Runbook `restore-node`: a repaired node goes back into service only after it passes its
+burn-in, and only when trainmedic drained it.
 
     drained by trainmedic? (its drain record, and the scheduler's reason still ours: an
     admin's drain, a re-drain after ours, Slurm FAIL/DOWN are never returned, unless a named
-    human forces it with a reason) → pick a known-healthy partner (IDLE, not drained) → pair
-    test with it, alongside a reference test between two other idle nodes when there are
-    any (same run, no extra wall time) → pass: remove the isolation marker, then resume in
-    the scheduler (so the site's health check never sees a resumed node still marked), then
-    forget the drain record; fail: keep it drained and say why → Markdown report
+    human forces it with a reason) → not a lemon, not waiting for hardware inspection (both
+    only with --force) → burn-in: the DCGM diagnostic (`dcgmi diag -r burn_in_dcgm_level`,
+    playbooks/burn_in.yml) → pick a known-healthy partner (IDLE, not drained) → pair test with
+    it, alongside a reference test between two other idle nodes when there are any (same run,
+    no extra wall time) → pass: remove the isolation marker, then resume in the scheduler (so
+    the site's health check never sees a resumed node still marked), then forget the drain
+    record; fail: keep it drained and say why → Markdown report
 
 "Pass" means what it means in the locate runbook: the test completes, at no less than
 ``slow_ratio`` of the reference bus bandwidth (a repaired link that is still slow stays out).
@@ -80,6 +82,7 @@ class RestoreResult(BaseModel):
     reference_gbps: float | None
     report_key: str
     owner: str = ""  # whose drain it was, one sentence
+    burn_in: list[str] = Field(default_factory=list)  # the DCGM diagnostic's result lines
 
 
 def choose_partners(
@@ -113,6 +116,18 @@ def unisolate_node(node: str, reason: str, dry_run: bool) -> PlaybookResult:
         {"trainmedic_isolation_state": "absent", "trainmedic_isolation_reason": reason},
         check=dry_run,
     )
+
+
+@task(name="burn-in-node", cache_policy=NO_CACHE)
+def burn_in_node(node: str, level: int) -> tuple[bool, list[str]]:
+    """playbooks/burn_in.yml: the DCGM diagnostic at ``level``. Passed, and its result lines
+    (an unreachable node has none, and has not passed)."""
+    result = run_playbook("burn_in.yml", [node], {"trainmedic_burn_in_level": level})
+    facts = result.facts.get(node, {}).get("trainmedic_burn_in")
+    if not isinstance(facts, dict):
+        return False, [f"{node}: {result.hosts.get(node, 'no answer')}"]
+    lines = [str(line) for line in facts.get("dcgmi") or []]
+    return str(facts.get("dcgmi_rc")) == "0", lines
 
 
 @flow(name="restore-node", log_prints=True, persist_result=True, result_serializer="json")
@@ -163,11 +178,36 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
             f"inspection, not another return (`trainmedic restore {node} --force --by NAME "
             "--reason TEXT` after it)",
         )
+    record = store.drain_record(node)
+    if record is not None and record.inspection and not request.force:
+        return _finish(
+            result,
+            request,
+            verdict="refused: needs hardware inspection",
+            reason=f"{record.inspection}; after the inspection `trainmedic restore {node} "
+            "--force --by NAME --reason TEXT`",
+        )
     if current.state is NodeState.DOWN:
         return _finish(
             result, request, verdict="kept out: down", reason=f"{node} is DOWN: repair it first"
         )
     logger.info("restoring %s (%s)", node, result.owner)
+
+    level = settings.burn_in_dcgm_level
+    passed_diag, diag = burn_in_node(node, level)
+    result = result.model_copy(update={"burn_in": diag})
+    if not passed_diag:
+        failed = [
+            ": ".join(cell.strip() for cell in line.split("|") if cell.strip())
+            for line in diag
+            if "Fail" in line or "ssh:" in line
+        ]
+        return _finish(
+            result,
+            request,
+            verdict="kept drained: burn-in failed",
+            reason=f"dcgmi diag -r {level}: " + ("; ".join(failed) or "; ".join(diag[-3:]))[:300],
+        )
 
     partner, reference_pair = choose_partners(node, nodes, request.partner)
     # The node leads its test: if it is down, that is an unreachable host at once rather
@@ -200,7 +240,7 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
         )
     if reference is None:
         logger.warning("no reference bandwidth (no other idle pair): only errors are detected")
-    passed = f"pair test with {partner} passed"
+    passed = f"dcgmi diag -r {level} and the pair test with {partner} passed"
     if request.dry_run:
         return _finish(result, request, verdict="would restore (dry run)", reason=passed)
     # Ownership again, right before acting: an admin may have drained it again meanwhile.
@@ -253,6 +293,7 @@ def _finish(
             restored=result.restored,
             dry_run=request.dry_run,
             owner=result.owner,
+            burn_in=result.burn_in,
         ),
         description=f"Restore {result.node}: {verdict}",
     )

@@ -217,7 +217,13 @@ def guarded(kind: ActionKind, target: str) -> Iterator[GuardedAction]:
 
 @task(name="drain-node", cache_policy=NO_CACHE)
 def drain_node(
-    node: str, reason: str, dry_run: bool, *, evidence: str = "", job_id: str | None = None
+    node: str,
+    reason: str,
+    dry_run: bool,
+    *,
+    evidence: str = "",
+    job_id: str | None = None,
+    verdict: str = "",
 ) -> ActionRecord:
     """Drain one node in the scheduler (idempotent: an already drained node is left alone,
     whoever drained it) and keep trainmedic's drain record on the server: the exact reason
@@ -243,6 +249,7 @@ def drain_node(
                         reason=reason,
                         evidence=evidence[:300],
                         job_id=job_id,
+                        verdict=verdict[:120],
                     )
                     store.record_drain(record)
     logger.warning("drain %s: %s (%s)", node, "drained" if changed else "already drained", reason)

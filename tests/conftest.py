@@ -40,6 +40,8 @@ POLICY_ENV = {
     "min_drainable": "TRAINMEDIC_DRAIN_MIN_DRAINABLE",
     "breaker_limit": "TRAINMEDIC_BREAKER_LIMIT",
     "crash_loop_after": "TRAINMEDIC_CRASH_LOOP_AFTER",
+    "repair_approval": "TRAINMEDIC_REPAIR_APPROVAL",
+    "lemon_drains": "TRAINMEDIC_LEMON_DRAINS",
 }
 
 

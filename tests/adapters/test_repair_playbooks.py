@@ -8,7 +8,7 @@ import pytest
 from trainmedic.adapters.ansible import run_playbook
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import HostOutcome
-from trainmedic.sim.cluster import NodeFault, kernel_records, pci_bus_id, read_hardware
+from trainmedic.sim.hardware import NodeFault, kernel_records, pci_bus_id, read_hardware
 
 
 def _repair(node: str, repair: str, gpus: list[str] | None = None, *, check: bool = False):  # type: ignore[no-untyped-def]

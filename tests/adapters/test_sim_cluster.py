@@ -10,7 +10,8 @@ import pytest
 
 from trainmedic.adapters.telemetry import parse_prometheus_text
 from trainmedic.core.errors import InputError
-from trainmedic.sim.cluster import NodeFault, SimCluster
+from trainmedic.sim.cluster import SimCluster
+from trainmedic.sim.hardware import NodeFault
 
 
 def run(

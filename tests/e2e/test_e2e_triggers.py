@@ -365,3 +365,68 @@ def test_an_owner_notice_from_a_real_triage_reaches_the_receiver(stack) -> None:
                 Automation.read(name=name).delete()
     assert notice["subject"] == f"trainmedic owner.notify: job {failed.job_id} ScriptError"
     assert "KeyError" in notice["text"] and "fix the script" in notice["text"]
+
+
+def _paused_run(flow_name: str, timeout: float = 120) -> str:
+    """The name of the one paused run of ``flow_name`` (a CLI-started run's name is the
+    server's to choose)."""
+    from prefect.client.orchestration import get_client
+
+    def paused() -> str | None:
+        with get_client(sync_client=True) as client:
+            flows = {f.id: f.name for f in client.read_flows()}
+            runs = [r for r in client.read_flow_runs() if flows.get(r.flow_id) == flow_name]
+        found = [r.name for r in runs if r.state is not None and r.state.is_paused()]
+        return found[0] if found else None
+
+    return wait_until(paused, timeout, f"a paused {flow_name} run", interval=1)
+
+
+def test_node_lifecycle_fault_drain_repair_burn_in_return_then_inspection(stack, capsys) -> None:
+    """Fault → triage drains the node → `trainmedic repair` (its deployment, on the worker)
+    asks on-call, who approves from the CLI → GPU reset → burn-in → back in service. The same
+    fault again → hardware inspection: never returned, `repair` and `restore` exit 4."""
+    import threading
+
+    from trainmedic.cli.main import main
+    from trainmedic.sim.hardware import NodeFault
+
+    settings, _ = stack
+    cluster = SimCluster(settings.sim_home)
+    scheduler, job = run_job(settings, "lifecycle", nodes=2)
+    wait_step(job, 30)
+    node = job.nodes[1]
+    cluster.inject(node, "ecc", gpu=2)
+    failed = wait_finished(scheduler, job.job_id)
+    assert main(["triage", failed.job_id]) == 0
+    assert {n.name: n.state for n in scheduler.nodes()}[node] is NodeState.DRAINED
+
+    codes: list[int] = []
+    repair = threading.Thread(target=lambda: codes.append(main(["repair", node, "--json"])))
+    repair.start()
+    asking = _paused_run("repair-node")
+    assert main(["approve", asking, "--by", "carol", "--reason", "reset GPU 2"]) == 0
+    repair.join(timeout=300)
+    assert codes == [0]
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{") :])["result"]
+    assert result["repair"] == "reset_gpu" and result["fault"] == "Xid 48"
+    assert result["decided_by"] == "approved by carol: reset GPU 2"
+    assert result["restored"] and "dcgmi diag -r 2 and the pair test" in result["restore"]["reason"]
+    assert cluster.status(node).fault is NodeFault.healthy
+    assert {n.name: n.state for n in scheduler.nodes()}[node] is NodeState.IDLE
+
+    # The same fault again: drained by a locate this time, and the repair escalates.
+    cluster.inject(node, "ecc", gpu=2)
+    for running in scheduler.jobs():  # the resubmission: free its nodes for the pair tests
+        if not running.state.finished:
+            scheduler.cancel(running.job_id, "free the nodes")
+    idle = [n.name for n in scheduler.nodes() if n.state is NodeState.IDLE and n.name != node]
+    assert main(["locate", "--isolate", ",".join([node, *idle[:3]])]) == 0
+    assert {n.name: n.state for n in scheduler.nodes()}[node] is NodeState.DRAINED
+    capsys.readouterr()
+    assert main(["repair", node, "--json"]) == 4  # done, but a human must act
+    result = json.loads(capsys.readouterr().out)["result"]
+    assert result["inspection"] and result["escalated"] and not result["repaired"]
+    assert main(["restore", node]) == 4
+    assert {n.name: n.state for n in scheduler.nodes()}[node] is NodeState.DRAINED

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from trainmedic.reports.fleet import FAILED_STATES, Attempt
 from trainmedic.reports.plots import IncidentCurve, StepPoint
-from trainmedic.sim.cluster import gpu_temperature
+from trainmedic.sim.hardware import gpu_temperature
 from trainmedic.sim.job import SLOW_FACTOR, loss_at
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)

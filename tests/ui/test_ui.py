@@ -29,7 +29,8 @@ from support.waits import run_in_thread, unique_run_name, wait_finished, wait_pa
 from trainmedic.adapters.scheduler.sim import SimScheduler
 from trainmedic.core.models import JobSpec, NodeState
 from trainmedic.core.settings import Settings
-from trainmedic.sim.cluster import NodeFault, SimCluster
+from trainmedic.sim.cluster import SimCluster
+from trainmedic.sim.hardware import NodeFault
 from trainmedic.stack import Stack
 
 CHROMIUM = Path(os.environ.get("TRAINMEDIC_CHROMIUM", "/usr/bin/chromium"))

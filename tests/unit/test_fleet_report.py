@@ -50,4 +50,17 @@ def test_lemons_and_node_figures_from_drains() -> None:
         ("node003", 1, 168.0, False),
     ]
     text = fleet_markdown(report)
-    assert "| node007 | 3 | 56.0 | yes |" in text and "no runs" in text
+    assert "| node007 | 3 | 56.0 | 0 | yes |" in text and "no runs" in text
+
+
+def test_repairs_and_nodes_waiting_for_inspection_are_counted() -> None:
+    drains = [("node007", at(h)) for h in (1, 30)]
+    repairs = [("node007", at(2)), ("node007", at(-5)), ("node002", at(90))]  # one before it
+    report = fleet_report(
+        [], drains, since=T0, until=at(168), repairs=repairs, inspection=["node007"]
+    )
+    assert [(n.node, n.drains, n.repairs, n.inspection) for n in report.nodes] == [
+        ("node007", 2, 1, True),
+        ("node002", 0, 1, False),
+    ]
+    assert "| node007 | 2 | 84.0 | 1 |  | waiting |" in fleet_markdown(report)

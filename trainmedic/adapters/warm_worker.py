@@ -49,6 +49,7 @@ PRELOAD = [
     "flows.preflight",
     "flows.report",
     "flows.restart",
+    "flows.repair",
     "flows.restore",
     "flows.rollback",
     "flows.save_and_stop",

@@ -41,9 +41,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
                 "note": args.reason,
                 "by": by,
             }
-        elif flow_name == "rollback":
+        elif flow_name in ("rollback", "repair-node"):
             if nodes:
-                raise InputError("nodes", args.nodes, "a rollback approval takes no nodes")
+                raise InputError("nodes", args.nodes, f"a {flow_name} approval takes no nodes")
             run_input = {"approve": not args.reject, "note": args.reason, "by": by}
         else:
             raise InputError("run", args.run, f"flow {flow_name!r} takes no approval")

@@ -1,5 +1,6 @@
-"""``trainmedic triage | restart | restore``: runbooks started through their deployments, so
-they run on the worker and show in the UI; the command follows the run to its end."""
+"""``trainmedic triage | restart | repair | restore``: runbooks started through their
+deployments, so they run on the worker and show in the UI; the command follows the run to its
+end."""
 
 from __future__ import annotations
 
@@ -136,6 +137,22 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return run_runbook("restore-node/restore-node", request, as_json=args.json)
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    from trainmedic.adapters.ansible import Inventory
+    from trainmedic.core.settings import get_settings
+
+    Inventory(get_settings().inventory).check([args.node], "node")
+    if not 10 <= args.approval_timeout <= 86_400:  # RepairRequest's bounds, before any server
+        raise InputError("approval_timeout_s", args.approval_timeout, "must be 10..86400 s")
+    with_prefect()
+    from flows.repair import RepairRequest
+
+    request = RepairRequest(
+        node=args.node, dry_run=args.dry_run, approval_timeout_s=args.approval_timeout
+    )
+    return run_runbook("repair-node/repair-node", request, as_json=args.json)
+
+
 def cmd_save_and_stop(args: argparse.Namespace) -> int:
     known_job(args.job_id)
     with_prefect()
@@ -220,7 +237,22 @@ def register(add: AddCommand) -> None:
     restart.add_argument("--dry-run", action="store_true")
     restart.add_argument("--json", action="store_true")
 
-    restore = add("restore", cmd_restore, "return a repaired node after it passes a pair test")
+    repair = add(
+        "repair",
+        cmd_repair,
+        "repair a node trainmedic drained (GPU reset or reboot), burn it in, return it",
+    )
+    repair.add_argument("node")
+    repair.add_argument("--dry-run", action="store_true")
+    repair.add_argument(
+        "--approval-timeout",
+        type=int,
+        default=1800,
+        metavar="S",
+        help="how long a reset or reboot waits for `trainmedic approve` (default 1800)",
+    )
+    repair.add_argument("--json", action="store_true")
+    restore = add("restore", cmd_restore, "return a repaired node after its burn-in")
     restore.add_argument("node")
     restore.add_argument("--partner", help="known-healthy partner (default: an idle node)")
     restore.add_argument("--dry-run", action="store_true")

@@ -81,7 +81,7 @@ def register(add: AddCommand) -> None:
     create.add_argument("--nodes-per-switch", type=int, default=8, help="nodes per rack and leaf")
     inject = sim_sub.add_parser("inject", help="put a node into a fault state")
     inject.add_argument("node")
-    inject.add_argument("fault", help="healthy|xid79|ecc|nvlink|slow|down|overheat|link")
+    inject.add_argument("fault", help="healthy|xid79|ecc|rowremap|nvlink|slow|down|overheat|link")
     fail_switch = sim_sub.add_parser(
         "fail-switch", help="a leaf switch dies: its nodes lose their fabric link"
     )

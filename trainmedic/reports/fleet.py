@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -70,6 +70,8 @@ class NodeFigures(BaseModel):
     mtbf_h: float | None  # the window over its drains; None without one
     lemon: bool
     temperature_c: float | None = None  # its hottest GPU (see FleetReport.temperature_kind)
+    repairs: int = 0  # GPU resets and reboots trainmedic made in the window
+    inspection: bool = False  # kept out for hardware inspection (never returned automatically)
 
 
 class RackFigures(BaseModel):
@@ -114,8 +116,11 @@ def fleet_report(
     racks: Mapping[str, str] | None = None,
     temperatures: Mapping[str, float] | None = None,
     temperature_kind: str = "peak over the window",
+    repairs: Sequence[tuple[str, datetime]] = (),
+    inspection: Collection[str] = (),
 ) -> FleetReport:
-    """``racks``: node -> rack; ``temperatures``: node -> its hottest GPU's temperature."""
+    """``racks``: node -> rack; ``temperatures``: node -> its hottest GPU's temperature;
+    ``repairs``: (node, when) of each repair; ``inspection``: nodes waiting for a technician."""
     by_run: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         if attempt.submitted_at <= until and (attempt.ended_at or until) >= since:
@@ -167,15 +172,19 @@ def fleet_report(
     counted = Counter(node for node, at in drains if since <= at <= until)
     recent = Counter(node for node, at in drains if until - lemon_window <= at <= until)
     lemons = sorted(node for node, n in recent.items() if n >= lemon_drains)
+    repaired = Counter(node for node, at in repairs if since <= at <= until)
+    listed = set(counted) | set(repaired) | set(inspection)
     nodes = [
         NodeFigures(
             node=node,
-            drains=n,
-            mtbf_h=round(window_h / n, 2) if n else None,
+            drains=counted[node],
+            mtbf_h=round(window_h / counted[node], 2) if counted[node] else None,
             lemon=node in lemons,
             temperature_c=(temperatures or {}).get(node),
+            repairs=repaired[node],
+            inspection=node in inspection,
         )
-        for node, n in sorted(counted.items(), key=lambda item: (-item[1], item[0]))
+        for node in sorted(listed, key=lambda node: (-counted[node], node))
     ]
     categories = [
         CategoryFigures(category=c, failures=failures[c], gpu_hours_lost=round(lost, 2))
@@ -245,11 +254,13 @@ def fleet_markdown(report: FleetReport, plots: Mapping[str, bytes] | None = None
         "",
         "## Nodes drained",
         "",
-        f"| node | drains | MTBF h | lemon | hottest GPU °C ({report.temperature_kind}) |",
-        "|---|---|---|---|---|",
+        f"| node | drains | MTBF h | repairs | lemon | hardware inspection | hottest GPU °C "
+        f"({report.temperature_kind}) |",
+        "|---|---|---|---|---|---|---|",
         *(
             f"| {n.node} | {n.drains} | {n.mtbf_h if n.mtbf_h is not None else '-'} | "
-            f"{'yes' if n.lemon else ''} | {_cell(n.temperature_c)} |"
+            f"{n.repairs} | {'yes' if n.lemon else ''} | {'waiting' if n.inspection else ''} | "
+            f"{_cell(n.temperature_c)} |"
             for n in report.nodes
         ),
     ]

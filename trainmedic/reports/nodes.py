@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from trainmedic.core.models import IsolationOutcome
 from trainmedic.core.validate import compress_nodelist
 from trainmedic.locate import LocateReport, RoundRecord
@@ -106,10 +109,12 @@ def restore_report(
     restored: bool,
     dry_run: bool,
     owner: str = "",
+    burn_in: Sequence[str] = (),
 ) -> str:
     def gbps(value: float | None) -> str:
         return f"{value} GB/s" if value is not None else "—"
 
+    diag = ["", "DCGM diagnostic (burn-in):", "", "```", *burn_in, "```"] if burn_in else []
     return "\n".join(
         [
             f"# Restore {node}{dry_run_mark(dry_run)}",
@@ -123,6 +128,40 @@ def restore_report(
             f"| bus bandwidth | {gbps(busbw_gbps)} |",
             f"| reference | {gbps(reference_gbps)} |",
             f"| back in service | {'yes' if restored else 'no'} |",
+            *diag,
             "",
         ]
     )
+
+
+def repair_report(result: Mapping[str, Any], *, dry_run: bool) -> str:
+    """repair-node's report: the plan, who decided, what ran, the burn-in (``result`` is the
+    runbook's RepairResult, dumped)."""
+    restore = result.get("restore") or {}
+    burn_in = list(restore.get("burn_in") or [])
+    evidence = [str(line) for line in result.get("evidence") or []]
+    rows = [
+        ("outcome", f"**{result['outcome']}**"),
+        ("repair", result.get("repair") or "—"),
+        ("fault", result.get("fault") or "—"),
+        ("why", result.get("why") or "—"),
+        (
+            "escalated",
+            "yes: the fault came back after its repair" if result.get("escalated") else "no",
+        ),
+        ("decided by", result.get("decided_by") or "—"),
+        ("repaired", "yes" if result.get("repaired") else "no"),
+        (
+            "hardware inspection",
+            "yes: kept out until a human returns it" if result.get("inspection") else "no",
+        ),
+        ("burn-in", restore.get("verdict") or "—"),
+        ("back in service", "yes" if result.get("restored") else "no"),
+    ]
+    lines = [f"# Repair {result['node']}{dry_run_mark(dry_run)}", "", "| | |", "|---|---|"]
+    lines += [f"| {name} | {cell(str(value))} |" for name, value in rows]
+    if evidence:
+        lines += ["", "Evidence (the node's fresh kernel lines):", "", "```", *evidence, "```"]
+    if burn_in:
+        lines += ["", "DCGM diagnostic (burn-in):", "", "```", *burn_in, "```"]
+    return "\n".join([*lines, ""])

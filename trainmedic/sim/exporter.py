@@ -12,13 +12,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from trainmedic.sim.cluster import (
-    NodeFault,
-    SimCluster,
-    gpu_temperature,
-    pci_bus_id,
-    read_hardware,
-)
+from trainmedic.sim.cluster import SimCluster
+from trainmedic.sim.hardware import NodeFault, gpu_temperature, pci_bus_id, read_hardware
 
 FAMILIES = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),

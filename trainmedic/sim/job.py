@@ -26,7 +26,7 @@ from trainmedic.adapters.checkpoints import MANIFEST, checkpoint_dirname, sha256
 from trainmedic.core.files import read_json, write_json_atomic
 from trainmedic.core.models import JobSpec
 from trainmedic.core.settings import get_settings
-from trainmedic.sim.cluster import GPU_FAULTS, NodeFault, node_status
+from trainmedic.sim.hardware import GPU_FAULTS, NodeFault, node_status
 
 SHARD_BYTES = 64 * 1024
 NCCL_TIMEOUT_MS = 600_000

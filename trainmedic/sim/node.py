@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from trainmedic.core.settings import get_settings
-from trainmedic.sim.cluster import (
+from trainmedic.sim.hardware import (
     GPU_FAULTS,
     KERNEL_LOG_RESTRICTED,
     MEMORY_FAULTS,

@@ -23,7 +23,8 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError, JobNotFound, SchedulerError
 from trainmedic.core.files import locked, read_json, write_json_atomic
 from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodePlace, NodeState
-from trainmedic.sim.cluster import NodeFault, SimCluster
+from trainmedic.sim.cluster import SimCluster
+from trainmedic.sim.hardware import NodeFault
 
 JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")
 DATA_FAULTS = ("spike", "nan")
