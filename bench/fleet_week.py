@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         DRAINS,
         FLEET_WEEK,
         GPUS_PER_NODE,
+        INSPECTION,
         NODES,
+        REPAIRS,
         T0,
         UNTIL,
         hottest_gpus,
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         racks=racks_by_position(NODES, settings.nodes_per_rack),
         temperatures=hottest_gpus(),
         temperature_kind="peak over the window",
+        repairs=REPAIRS,
+        inspection=INSPECTION,
     )
     plots = fleet_plots(report, incident_curves(FLEET_WEEK, settings.report_incident_steps))
     elapsed = time.perf_counter() - started
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     for category in report.categories:
         print(f"  {category.category}: {category.failures} failed, {category.gpu_hours_lost} GPU-h")
     print(f"lemons: {', '.join(report.lemons) or 'none'}")
+    repaired = ", ".join(f"{n.node} x{n.repairs}" for n in report.nodes if n.repairs)
+    print(f"repairs: {repaired or 'none'}")
+    waiting = [n.node for n in report.nodes if n.inspection]
+    print(f"waiting for hardware inspection: {', '.join(waiting) or 'none'}")
     hottest = max(report.racks, key=lambda r: r.temperature_c or 0)
     print(f"hottest rack: {hottest.rack} at {hottest.temperature_c:g} C")
     print(f"report and {len(plots)} pictures computed in {elapsed:.2f} s, written to {out}:")

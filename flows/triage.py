@@ -122,7 +122,7 @@ def classify_failure(
             # Kernel lines from before the job started are history (a node repaired since
             # keeps its old Xid lines until it reboots): context, never a cause.
             xid_lines = found.get("xid_lines", [])  # type: ignore[union-attr]
-            kernel = split_kernel_lines(xid_lines, job.submitted_at)
+            kernel = split_kernel_lines(xid_lines, job.window_start)
             if kernel.stale:
                 get_run_logger().info(
                     "%s: %d kernel line(s) from before the job started, history not a cause: %s",
@@ -379,7 +379,7 @@ def _remediate(
     nodes = sorted({n for j in jobs for n in j.nodes})
     diagnostics = collect_node_diagnostics(nodes, dry_run) if nodes else None
     # Counters as their increase since the job started: a lifetime total is history.
-    telemetry = fetch_telemetry(nodes, since=min(j.submitted_at for j in jobs))
+    telemetry = fetch_telemetry(nodes, since=min(j.window_start for j in jobs))
     cases = [_diagnose(job, diagnostics, telemetry, dry_run) for job in jobs]
 
     run_name = flow_run.get_name() or "local"

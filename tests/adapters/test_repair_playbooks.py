@@ -117,3 +117,13 @@ def test_repair_requests_outside_the_contract_are_refused(sim, variables, field)
     else:  # refused by the playbook's own check
         assert result.hosts == {"node007": HostOutcome.failed}
     assert cluster.status("node007").fault is NodeFault.ecc
+
+
+def test_a_reset_of_two_gpus_resets_each(sim) -> None:
+    cluster, _ = sim
+    cluster.inject("node008", "nvlink", gpu=3)
+    result = _repair("node008", "reset_gpu", [pci_bus_id(1), pci_bus_id(3)])
+    assert result.hosts == {"node008": HostOutcome.ok}
+    assert cluster.status("node008").fault is NodeFault.healthy
+    resets = [m for _, m in kernel_records(cluster.nodes_dir / "node008") if "reset" in m]
+    assert resets == [f"NVRM: GPU at {pci_bus_id(g)} has been reset." for g in (1, 3)]

@@ -9,7 +9,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -61,7 +61,13 @@ def stack(
 ) -> Iterator[tuple[Settings, Stack]]:
     backend: str = request.param
     root = tmp_path_factory.mktemp(f"e2e-{backend}")
-    env = {"TRAINMEDIC_VERIFY_TIMEOUT_S": "60", "TRAINMEDIC_HANG_TIMEOUT_S": "6"}
+    env = {
+        "TRAINMEDIC_VERIFY_TIMEOUT_S": "60",
+        "TRAINMEDIC_HANG_TIMEOUT_S": "6",
+        # The scenarios share one cluster and one server: the same few nodes are drained again
+        # and again, and would be lemons by the third scenario (lemons: the flow tier's tests).
+        "TRAINMEDIC_LEMON_DRAINS": "100",
+    }
     LATENCIES.clear()
     with contextlib.ExitStack() as resources:
         database = None
@@ -367,12 +373,14 @@ def test_an_owner_notice_from_a_real_triage_reaches_the_receiver(stack) -> None:
     assert "KeyError" in notice["text"] and "fix the script" in notice["text"]
 
 
-def _paused_run(flow_name: str, timeout: float = 120) -> str:
+def _paused_run(flow_name: str, alive: Callable[[], bool], timeout: float = 120) -> str:
     """The name of the one paused run of ``flow_name`` (a CLI-started run's name is the
-    server's to choose)."""
+    server's to choose); ``alive``: whether the command that started it still waits (if it
+    ended, the run ended without pausing)."""
     from prefect.client.orchestration import get_client
 
     def paused() -> str | None:
+        assert alive(), f"the {flow_name} run ended without asking for approval"
         with get_client(sync_client=True) as client:
             flows = {f.id: f.name for f in client.read_flows()}
             runs = [r for r in client.read_flow_runs() if flows.get(r.flow_id) == flow_name]
@@ -404,7 +412,7 @@ def test_node_lifecycle_fault_drain_repair_burn_in_return_then_inspection(stack,
     codes: list[int] = []
     repair = threading.Thread(target=lambda: codes.append(main(["repair", node, "--json"])))
     repair.start()
-    asking = _paused_run("repair-node")
+    asking = _paused_run("repair-node", repair.is_alive)
     assert main(["approve", asking, "--by", "carol", "--reason", "reset GPU 2"]) == 0
     repair.join(timeout=300)
     assert codes == [0]

@@ -69,6 +69,12 @@ DRAINS = [
     ("node007", at(130)),
 ]
 
+# repair-node's repairs: node007's ECC error reset (back after burn-in), its lost GPU
+# rebooted, node003 rebooted after a failed pair test. Kept out for a technician: node007 (a
+# lemon after its third drain) and the hot node (cooling is not a software repair).
+REPAIRS = [("node007", at(10.5)), ("node003", at(21)), ("node007", at(52.5))]
+INSPECTION = ["node007", "node011"]
+
 
 def hottest_gpus() -> dict[str, float]:
     """Each node's hottest GPU as the simulated nodes report it: the hot node at 96 C."""

@@ -55,6 +55,20 @@ def test_kernel_lines_from_before_the_job_started_are_history() -> None:
     assert split_kernel_lines([cet], STARTED, slack=timedelta(hours=1)).fresh == (cet,)
 
 
+def test_the_window_starts_when_the_job_started_not_when_it_was_queued() -> None:
+    """A fault reset on a node while the job waited in the queue is history: the job had
+    not started on it."""
+    from support.builders import job_info
+
+    queued = job_info().model_copy(update={"submitted_at": STARTED - timedelta(hours=2)})
+    started = queued.model_copy(update={"started_at": STARTED})
+    assert queued.window_start == queued.submitted_at  # no start known: its submission
+    assert started.window_start == STARTED
+    while_queued = iso(STARTED - timedelta(hours=1), ECC_48)
+    assert split_kernel_lines([while_queued], started.window_start).stale == (while_queued,)
+    assert split_kernel_lines([while_queued], queued.window_start).fresh == (while_queued,)
+
+
 def test_kernel_line_times_in_every_format_dmesg_prints() -> None:
     assert kernel_line_time(iso(STARTED, "x")) == STARTED
     assert kernel_line_time("2026-12-03T19:00:00.5+01:00 x") == STARTED

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -82,6 +82,7 @@ SQ_FAILED = {  # trimmed from a real `squeue --json` (v0.0.38) record
     "node_count": 2,
     "state_reason": "NonZeroExitCode",
     "submit_time": 1796221704,
+    "start_time": 1796221704,
     "user_name": "root",
 }
 SQ_PENDING = {
@@ -97,6 +98,7 @@ SQ_PENDING = {
     "node_count": 1,
     "state_reason": "Priority",
     "submit_time": 1796221800,
+    "start_time": 1827757704,  # a pending job's projection
     "user_name": "bob",
 }
 
@@ -226,6 +228,7 @@ def test_parse_scontrol_job_finished() -> None:
     assert job.user == "root"
     assert job.node_count == 2
     assert job.ended_at is not None and job.ended_at.tzinfo is not None
+    assert job.started_at is not None and job.started_at <= job.ended_at
 
 
 def test_parse_scontrol_job_pending_has_no_outcome_yet() -> None:
@@ -250,6 +253,7 @@ def test_parse_squeue_json() -> None:
     assert pending.job_id == "40_3"  # array task
     assert pending.state is JobState.PENDING
     assert (pending.nodes, pending.exit_code, pending.ended_at) == ((), None, None)
+    assert failed.started_at == failed.submitted_at and pending.started_at is None
     assert pending.comment == "trainmedic:x"
 
 
@@ -262,10 +266,11 @@ def test_parse_sacct() -> None:
     d = "\x1f"
     text = (
         d.join(["1", "FAILED", "3:0", "node[001-002]", "2026-12-02T14:28:24",
-                "2026-12-02T14:28:25", "root(0)", "name|with|bars"]) + "\n"
+                "2026-12-02T14:28:24", "2026-12-02T14:28:25", "root(0)", "name|with|bars"])
+        + "\n"
         + d.join(["2", "CANCELLED by 0", "0:15", "node003", "2026-12-02T14:28:24",
-                  "2026-12-02T14:29:00", "root(0)", "sleep"]) + "\n"
-        + d.join(["2.batch", "CANCELLED", "0:15", "node003", "", "", "", "batch"]) + "\n"
+                  "Unknown", "2026-12-02T14:29:00", "root(0)", "sleep"]) + "\n"
+        + d.join(["2.batch", "CANCELLED", "0:15", "node003", "", "", "", "", "batch"]) + "\n"
     )  # fmt: skip
     first, second = parse_sacct(text, d, JOBCOMP_FIELDS)
     assert first.source == "jobcomp" and first.comment == ""
@@ -277,6 +282,7 @@ def test_parse_sacct() -> None:
     )
     assert first.nodes == ("node001", "node002")
     assert (second.state, second.exit_code, second.user) == (JobState.CANCELLED, 143, "root")
+    assert first.started_at is not None and second.started_at is None  # never ran
 
 
 # ----------------------------------------------------------------------------- validation
@@ -484,8 +490,8 @@ def test_job_found_by_comment_when_link_is_missing(tmp_path: Path, fake: FakeSlu
     assert scheduler.job(info.job_id).spec.name == "run"
 
 
-ALICE_JOB = ["7", "COMPLETED", "0:0", "node002", "2026-12-02T14:28:24", "2026-12-02T14:29:24",
-             "alice(1000)"]  # fmt: skip
+ALICE_JOB = ["7", "COMPLETED", "0:0", "node002", "2026-12-02T14:28:24", "2026-12-02T14:28:30",
+             "2026-12-02T14:29:24", "alice(1000)"]  # fmt: skip
 
 
 def test_purged_jobs_come_from_accounting(tmp_path: Path, fake: FakeSlurm) -> None:
@@ -493,6 +499,7 @@ def test_purged_jobs_come_from_accounting(tmp_path: Path, fake: FakeSlurm) -> No
     fake.sacct = "\x1f".join([*ALICE_JOB, "", "someone else's job"])
     info = scheduler.job("7")
     assert (info.state, info.exit_code, info.nodes) == (JobState.COMPLETED, 0, ("node002",))
+    assert info.window_start - info.submitted_at == timedelta(seconds=6)  # queued 6 s
     assert info.spec.name == "someone_else_s_job"
     assert info.spec.owner == "alice"
     assert fake.calls[-1][:2] == ["sacct", "-X"]  # accounting, not the disabled jobcomp log

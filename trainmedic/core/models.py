@@ -80,10 +80,19 @@ class JobInfo(Strict):
     heartbeat_path: str
     spec: JobSpec
     submitted_at: datetime
+    # When it began to run (None: still queued, or the scheduler does not say): the start of
+    # the window in which a node's kernel lines and counters can be this job's failure.
+    started_at: datetime | None = None
     ended_at: datetime | None = None
     resubmission_of: str | None = None
     # Submitted through trainmedic (its spec known): only such jobs are remediated.
     managed: bool = True
+
+    @property
+    def window_start(self) -> datetime:
+        """Since when a node's kernel lines and counters can be this job's: its start (the
+        queue time before it is another story), or its submission where no start is known."""
+        return self.started_at or self.submitted_at
 
 
 class NodePlace(Strict):

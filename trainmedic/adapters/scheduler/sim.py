@@ -161,6 +161,11 @@ class SimScheduler(Scheduler):
             heartbeat_path=str(job_dir / "heartbeat"),
             spec=JobSpec.model_validate(record["spec"]),
             submitted_at=datetime.fromtimestamp(record["submitted_at"], UTC),
+            started_at=(
+                datetime.fromtimestamp(record["started_at"], UTC)
+                if record.get("started_at")
+                else None
+            ),
             ended_at=datetime.fromtimestamp(ended, UTC) if ended else None,
             resubmission_of=record.get("resubmission_of"),
         )

@@ -384,6 +384,7 @@ cd "$run_dir"
                 if submitted
                 else job.submitted_at or datetime.now(UTC)
             ),
+            started_at=job.started_at,
             ended_at=job.ended_at,
             resubmission_of=meta.get("resubmission_of"),
             managed=run_dir is not None,

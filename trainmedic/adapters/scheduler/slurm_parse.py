@@ -41,10 +41,13 @@ _REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 _NO_NODES = {"", "(null)", "None", "None assigned", "(None)"}
 # The job name is last in both: a delimiter inside it is then harmless.
 ACCOUNTING_FIELDS = (
-    "jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "comment", "jobname",
+    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "comment",
+    "jobname",
 )  # fmt: skip
 # The job-completion log (``sacct -c``) has no comment field.
-JOBCOMP_FIELDS = ("jobid", "state", "exitcode", "nodelist", "submit", "end", "user", "jobname")
+JOBCOMP_FIELDS = (
+    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "jobname",
+)  # fmt: skip
 
 # Slurm job states (squeue/scontrol/sacct spelling) -> ours. COMPLETING stays "not finished"
 # because the epilog may still turn a node bad; CONFIGURING means nodes are still booting.
@@ -228,6 +231,7 @@ class SlurmJob:
     submitted_at: datetime | None
     ended_at: datetime | None
     user: str = ""
+    started_at: datetime | None = None  # None while pending (Slurm prints a projection)
     comment: str = ""
     node_count: int = 1
     # Who said it: the controller (scontrol, squeue), accounting, or the job-completion log.
@@ -259,6 +263,11 @@ def _slurm_reason(raw: str | None) -> str:
     return "" if raw in (None, "None", "(null)") else str(raw)
 
 
+def _started_only(state: JobState, value: Any) -> Any:
+    # A pending job's start time is the scheduler's projection, not a start.
+    return None if state is JobState.PENDING else value
+
+
 def _finished_only(state: JobState, value: Any) -> Any:
     # Slurm fills end_time/exit_code with projections or zeros while a job is live.
     return value if state.finished else None
@@ -280,6 +289,7 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         exit_code=_finished_only(state, parse_exit_code(fields.get("ExitCode"))),
         reason=_slurm_reason(fields.get("Reason")),
         submitted_at=_slurm_time(fields.get("SubmitTime")),
+        started_at=_started_only(state, _slurm_time(fields.get("StartTime"))),
         ended_at=_finished_only(state, _slurm_time(fields.get("EndTime"))),
         user=fields.get("UserId", "").split("(", 1)[0],
         comment=_slurm_reason(fields.get("Comment")),
@@ -312,6 +322,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 exit_code=_finished_only(state, parse_exit_code(raw.get("exit_code"))),
                 reason=_slurm_reason(raw.get("state_reason")),
                 submitted_at=_slurm_time(raw.get("submit_time")),
+                started_at=_started_only(state, _slurm_time(raw.get("start_time"))),
                 ended_at=_finished_only(state, _slurm_time(raw.get("end_time"))),
                 user=str(raw.get("user_name", "")),
                 comment=str(raw.get("comment") or ""),
@@ -347,6 +358,7 @@ def parse_sacct(
                 exit_code=_finished_only(state, parse_exit_code(row["exitcode"])),
                 reason="",
                 submitted_at=_slurm_time(row["submit"]),
+                started_at=_started_only(state, _slurm_time(row.get("start"))),
                 ended_at=_finished_only(state, _slurm_time(row["end"])),
                 user=row["user"].split("(", 1)[0],
                 comment=row.get("comment", ""),
