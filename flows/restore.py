@@ -194,7 +194,10 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
     logger.info("restoring %s (%s)", node, result.owner)
 
     level = settings.burn_in_dcgm_level
-    passed_diag, diag = burn_in_node(node, level)
+    if level:
+        passed_diag, diag = burn_in_node(node, level)
+    else:  # a site without DCGM: said in the report, never passed off as a diagnostic
+        passed_diag, diag = True, ["no DCGM diagnostic: TRAINMEDIC_BURN_IN_DCGM_LEVEL=0"]
     result = result.model_copy(update={"burn_in": diag})
     if not passed_diag:
         failed = [
@@ -240,7 +243,8 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
         )
     if reference is None:
         logger.warning("no reference bandwidth (no other idle pair): only errors are detected")
-    passed = f"dcgmi diag -r {level} and the pair test with {partner} passed"
+    diagnosed = f"dcgmi diag -r {level} and " if level else ""
+    passed = f"{diagnosed}the pair test with {partner} passed"
     if request.dry_run:
         return _finish(result, request, verdict="would restore (dry run)", reason=passed)
     # Ownership again, right before acting: an admin may have drained it again meanwhile.

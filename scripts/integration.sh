@@ -31,6 +31,14 @@ trap down EXIT
 up_env=$(bash scripts/testbed.sh up)
 eval "$up_env"
 echo "integration: testbed up ($((SECONDS - t0)) s)"
+# The pair test runs the checkout's scripts/gloo_allgather.py as the testbed's unprivileged
+# user: a checkout it cannot read (one under a 0700 `mktemp -d`) fails every allgather with
+# Python's exit 2 and no message. Say so once instead.
+if ! runuser -u "${TRAINMEDIC_TESTBED_USER:-trainmedic}" -- test -r scripts/gloo_allgather.py; then
+    echo "integration: the testbed user cannot read $PWD/scripts (a 0700 parent directory?):" \
+        "chmod o+rx the checkout's directories" >&2
+    exit 1
+fi
 rc=0
 python -m pytest -m integration -p no:cacheprovider -rs tests/integration "$@" || rc=$?
 echo "integration: pytest exit $rc after $((SECONDS - t0)) s"

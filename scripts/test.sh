@@ -75,18 +75,19 @@ else
     # The whole suite as two pytest processes at once, one per core: most of its time is
     # spent waiting (simulated jobs, pair tests, servers), and one process after the other no
     # longer fits CI's 30 minutes on 2 cores. The halves share nothing: the real Slurm and
-    # PostgreSQL serve only the second; each has its own Prefect servers and temp root.
+    # PostgreSQL serve only the second; each has its own Prefect servers and temp root. The
+    # flow tier is the longest: unit+adapters+flows took 18 min beside e2e+slurm+ui's 9.
     run_half() {
         local name=$1
         shift
         python -m pytest -q -p no:cacheprovider --durations=15 \
             --basetemp="$PYTEST_DEBUG_TEMPROOT/$name" "$@" >"$PYTEST_DEBUG_TEMPROOT/pytest-$name.log" 2>&1
     }
-    echo "test: pytest, two halves at once: unit+adapters+flows | e2e+slurm+ui"
+    echo "test: pytest, two halves at once: unit+flows | adapters+e2e+slurm+ui"
     started=$SECONDS
-    run_half core tests/unit tests/adapters tests/flows &
+    run_half core tests/unit tests/flows &
     core=$!
-    run_half stack tests/e2e tests/slurm tests/ui &
+    run_half stack tests/adapters tests/e2e tests/slurm tests/ui &
     stack=$!
     core_status=0 stack_status=0
     wait "$core" || core_status=$?

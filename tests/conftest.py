@@ -42,6 +42,7 @@ POLICY_ENV = {
     "crash_loop_after": "TRAINMEDIC_CRASH_LOOP_AFTER",
     "repair_approval": "TRAINMEDIC_REPAIR_APPROVAL",
     "lemon_drains": "TRAINMEDIC_LEMON_DRAINS",
+    "burn_in_dcgm_level": "TRAINMEDIC_BURN_IN_DCGM_LEVEL",
 }
 
 

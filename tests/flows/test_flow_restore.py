@@ -13,9 +13,18 @@ from trainmedic.core.models import NodeInfo, NodeState
 
 
 @pytest.mark.server
-def test_repaired_node_passes_and_is_resumed(prefect_server, sim) -> None:
+@pytest.mark.parametrize(
+    ("level", "burn_in"),
+    [
+        (2, "Deployment                | Pass"),
+        # A site without DCGM: the pair test alone, and the report says so.
+        (0, "no DCGM diagnostic: TRAINMEDIC_BURN_IN_DCGM_LEVEL=0"),
+    ],
+)
+def test_repaired_node_passes_and_is_resumed(prefect_server, sim, policy, level, burn_in) -> None:  # type: ignore[no-untyped-def]
     from flows.restore import RestoreRequest, restore_node
 
+    policy(burn_in_dcgm_level=level)
     cluster, scheduler = sim
     cluster.inject("node004", "xid79")
     isolated(cluster, "node004", scheduler)
@@ -27,6 +36,9 @@ def test_repaired_node_passes_and_is_resumed(prefect_server, sim) -> None:
     assert result.busbw_gbps and result.reference_gbps  # measured alongside, same run
     assert states(scheduler)["node004"].state is NodeState.IDLE
     assert not (cluster.nodes_dir / "node004" / "isolated").exists()
+    assert any(burn_in in line for line in result.burn_in), result.burn_in
+    diagnosed = "dcgmi diag -r 2 and " if level else ""
+    assert result.reason == f"{diagnosed}the pair test with node001 passed"
 
 
 @pytest.mark.server

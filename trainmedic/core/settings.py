@@ -133,11 +133,12 @@ class Settings(BaseSettings):
     # repair-node: resets and reboots wait for a human unless this is false; the
     # repair_escalate_after-th repair of one fault on one node within repair_window_days is
     # not made (hardware inspection instead); burn-in runs `dcgmi diag -r burn_in_dcgm_level`
-    # (1 quick, 2 medium, 3 long, 4 extended) before the pair test.
+    # (1 quick, 2 medium, 3 long, 4 extended; 0: a site without DCGM, the pair test only)
+    # before the pair test.
     repair_approval: bool = True
     repair_escalate_after: int = Field(default=2, ge=1, le=10)
     repair_window_days: float = Field(default=7.0, gt=0, le=30.0)
-    burn_in_dcgm_level: int = Field(default=2, ge=1, le=4)
+    burn_in_dcgm_level: int = Field(default=2, ge=0, le=4)
     # The fleet report's racks: for nodes neither the inventory (trainmedic_rack) nor the
     # scheduler places, consecutive nodes (by name), this many to a rack. Its incident plots:
     # the steps either side of each failure, for the newest report_max_incident_plots.
