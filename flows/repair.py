@@ -18,19 +18,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from prefect import flow, get_run_logger, pause_flow_run, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import FlowPauseTimeout
-from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.restore import RestoreRequest, RestoreResult, restore_node
-from flows.tasks import collect_node_diagnostics, guarded, server_state, tell_human
+from flows.tasks import (
+    ask_yes_no,
+    collect_node_diagnostics,
+    guarded,
+    server_state,
+    tell_human,
+)
 from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
-from trainmedic.core import validate
 from trainmedic.core.models import HostOutcome, NodeInfo, NodeName, NodeState, PlaybookResult
 from trainmedic.core.settings import get_settings
 from trainmedic.decisions.guard import drains_of
@@ -39,7 +42,7 @@ from trainmedic.decisions.repair import RepairKind, RepairPlan, RepairPolicy, pl
 from trainmedic.reports.nodes import repair_report
 from trainmedic.state.records import ActionKind, DrainRecord, RepairRecord
 
-__all__ = ["RepairApproval", "RepairRequest", "RepairResult", "repair_node"]
+__all__ = ["RepairRequest", "RepairResult", "repair_node"]
 
 
 class RepairRequest(BaseModel):
@@ -48,14 +51,6 @@ class RepairRequest(BaseModel):
     node: NodeName = Field(description="the node trainmedic drained")
     approval_timeout_s: int = Field(default=1800, ge=10, le=86_400)
     dry_run: bool = Field(default=False, description="plan and check, repair nothing")
-
-
-class RepairApproval(RunInput):
-    """A human's answer to "reset / reboot this node?". The default is no."""
-
-    approve: bool = Field(default=False, description="make the repair as planned")
-    note: str = Field(default="", max_length=200, pattern=validate.SAFE_TEXT_RE.pattern)
-    by: str = Field(default="", max_length=64, pattern=validate.SAFE_TEXT_RE.pattern)
 
 
 class RepairResult(BaseModel):
@@ -232,38 +227,24 @@ def _approval(node: str, plan: RepairPlan, request: RepairRequest) -> tuple[bool
         return True, "dry run" + (" (approval would be asked)" if asked else "")
     if not get_settings().repair_approval:
         return True, "policy (repairs approved automatically)"
-    run_name = flow_run.get_name() or "local"
-    tell_human(
-        "approval.needed",
+    return ask_yes_no(
         job_id=None,
         category="repair",
-        summary=f"{run_name} asks to {plan.kind} {node} for {plan.fault}: {plan.why}",
+        asks=f"to {plan.kind} {node} for {plan.fault}: {plan.why}",
         evidence="; ".join(plan.evidence[-3:]) or plan.why,
-        answer=f"`trainmedic approve {run_name} --reason TEXT` (or --reject); no answer "
-        f"within {request.approval_timeout_s} s repairs nothing",
+        prompt="\n".join(
+            [
+                f"### {plan.kind} {node}? ({plan.fault})",
+                "",
+                f"- {plan.why}",
+                *[f"- `{line}`" for line in plan.evidence[-3:]],
+                "",
+                f"Approve to {plan.kind} it, then burn it in and return it if it passes. "
+                f"No answer within {request.approval_timeout_s} s: nothing is done.",
+            ]
+        ),
+        timeout_s=request.approval_timeout_s,
     )
-    prompt = "\n".join(
-        [
-            f"### {plan.kind} {node}? ({plan.fault})",
-            "",
-            f"- {plan.why}",
-            *[f"- `{line}`" for line in plan.evidence[-3:]],
-            "",
-            f"Approve to {plan.kind} it, then burn it in and return it if it passes. "
-            f"No answer within {request.approval_timeout_s} s: nothing is done.",
-        ]
-    )
-    try:
-        answer = pause_flow_run(
-            wait_for_input=RepairApproval.with_initial_data(description=prompt, approve=False),
-            timeout=request.approval_timeout_s,
-            poll_interval=2,
-        )
-    except FlowPauseTimeout:
-        return False, f"no answer within {request.approval_timeout_s} s"
-    who = f" by {answer.by}" if answer.by else ""
-    note = f": {answer.note}" if answer.note else ""
-    return answer.approve, f"{'approved' if answer.approve else 'rejected'}{who}{note}"
 
 
 def _finish(

@@ -12,21 +12,18 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from prefect import flow, get_run_logger, pause_flow_run
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.exceptions import FlowPauseTimeout
-from prefect.input import RunInput
-from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.tasks import (
     admit_event,
+    ask_yes_no,
     job_lock,
     load_job,
     read_loss_history,
     restart_from,
     stop_job,
-    tell_human,
 )
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
@@ -52,12 +49,6 @@ class RollbackRequest(BaseModel):
     occurred: datetime | None = Field(
         default=None, description="when the event happened (a stale one starts nothing)"
     )
-
-
-class RollbackApproval(RunInput):
-    approve: bool = Field(description="roll back and resubmit as planned")
-    note: str = Field(default="", max_length=200)
-    by: str = Field(default="", max_length=64, description="who answers")
 
 
 class RollbackResult(BaseModel):
@@ -153,7 +144,16 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
             )
         )
     elif approval_needed and not request.dry_run:
-        approved, outcome = _ask(job.job_id, spike.step, request.approval_timeout_s)
+        approved, outcome = ask_yes_no(
+            job_id=job.job_id,
+            category="LossSpike",
+            asks=f"to roll job {job.job_id} back past a loss spike at step {spike.step}",
+            evidence=f"loss spike reported at step {spike.step}",
+            prompt=f"### Roll job {job.job_id} back past the loss spike at step {spike.step}?\n\n"
+            "Approve to stop it, resume from the checkpoint before the spike and skip the "
+            "batches through it. No answer: nothing is done.",
+            timeout_s=request.approval_timeout_s,
+        )
         actions.append(ActionRecord(what="approval", target="on-call", outcome=outcome))
     new_job = None
     if approved:
@@ -192,32 +192,6 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
         report_id=str(report_id),
         acted=approved,
     )
-
-
-def _ask(job_id: str, step: int, timeout_s: int) -> tuple[bool, str]:
-    """Pause for a human. The form's default is reject, and no answer is a reject: a
-    rollback stops a job and skips its data, so only a yes acts."""
-    run_name = flow_run.get_name() or "local"
-    tell_human(
-        "approval.needed",
-        job_id=job_id,
-        category="LossSpike",
-        summary=f"{run_name} asks to roll job {job_id} back past a loss spike at step {step}",
-        evidence=f"loss spike reported at step {step}",
-        answer=f"`trainmedic approve {run_name} --reason TEXT` (or --reject); "
-        f"no answer within {timeout_s} s does nothing",
-    )
-    try:
-        answer = pause_flow_run(
-            wait_for_input=RollbackApproval.with_initial_data(approve=False),
-            timeout=timeout_s,
-        )
-    except FlowPauseTimeout:
-        return False, f"no answer within {timeout_s} s: nothing done"
-    verdict = ("approved" if answer.approve else "rejected") + (
-        f" by {answer.by}" if answer.by else ""
-    )
-    return answer.approve, verdict + (f": {answer.note}" if answer.note else "")
 
 
 def _drained() -> list[str]:

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger, pause_flow_run, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
-from prefect.exceptions import PrefectHTTPStatusError
+from prefect.exceptions import FlowPauseTimeout, PrefectHTTPStatusError
+from prefect.input import RunInput
 from prefect.runtime import flow_run
+from pydantic import Field
 
 from flows.verify import heartbeat_step, schedule_verification, training_again
 from trainmedic.adapters import checkpoints
@@ -43,7 +45,7 @@ from trainmedic.core.models import (
     PlaybookResult,
 )
 from trainmedic.core.settings import get_settings
-from trainmedic.core.validate import safe_text
+from trainmedic.core.validate import SAFE_TEXT_RE, safe_text
 from trainmedic.decisions.admission import Admission, admit, event_scope
 from trainmedic.decisions.attempts import spec_changes_for
 from trainmedic.decisions.guard import BreakerState, breaker_state, circuit_breaker
@@ -568,6 +570,44 @@ def emit_for_human(
         )
     get_run_logger().warning("%s: %s (%s)", what, summary, outcome)
     return ActionRecord(what=what, target=f"job {job_id}" if job_id else run_name, outcome=outcome)
+
+
+class YesNoApproval(RunInput):
+    """A human's yes or no to one destructive step (a rollback, a reset or reboot). The
+    form's default is no, and no answer is a no: only a yes acts."""
+
+    approve: bool = Field(default=False, description="go ahead as planned")
+    note: str = Field(default="", max_length=200, pattern=SAFE_TEXT_RE.pattern)
+    by: str = Field(default="", max_length=64, pattern=SAFE_TEXT_RE.pattern, description="who")
+
+
+def ask_yes_no(
+    *, job_id: str | None, category: str, asks: str, evidence: str, prompt: str, timeout_s: int
+) -> tuple[bool, str]:
+    """Tell on-call what this run asks (``asks``: "to roll job 12 back ...") and the line that
+    answers it, then pause for the answer. Whether it is a yes, and who said what."""
+    run_name = flow_run.get_name() or "local"
+    tell_human(
+        "approval.needed",
+        job_id=job_id,
+        category=category,
+        summary=f"{run_name} asks {asks}",
+        evidence=evidence,
+        answer=f"`trainmedic approve {run_name} --reason TEXT` (or --reject); "
+        f"no answer within {timeout_s} s does nothing",
+    )
+    try:
+        answer = pause_flow_run(
+            wait_for_input=YesNoApproval.with_initial_data(description=prompt, approve=False),
+            timeout=timeout_s,
+            poll_interval=2,
+        )
+    except FlowPauseTimeout:
+        return False, f"no answer within {timeout_s} s: nothing done"
+    verdict = ("approved" if answer.approve else "rejected") + (
+        f" by {answer.by}" if answer.by else ""
+    )
+    return answer.approve, verdict + (f": {answer.note}" if answer.note else "")
 
 
 @task(name="node-topology", cache_policy=NO_CACHE)

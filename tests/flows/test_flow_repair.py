@@ -110,7 +110,7 @@ def test_a_reset_waits_for_approval_and_no_answer_repairs_nothing(prefect_server
 
     timed_out = repair_node(RepairRequest(node="node005", approval_timeout_s=10))
     assert timed_out.repair == "reset_gpu" and not timed_out.repaired
-    assert timed_out.outcome == "not repaired: no answer within 10 s"
+    assert timed_out.outcome == "not repaired: no answer within 10 s: nothing done"
     assert cluster.status("node005").fault is NodeFault.ecc
 
     name = unique_run_name("repair")
