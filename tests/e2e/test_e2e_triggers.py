@@ -394,6 +394,7 @@ def test_node_lifecycle_fault_drain_repair_burn_in_return_then_inspection(stack,
     """Fault → triage drains the node → `trainmedic repair` (its deployment, on the worker)
     asks on-call, who approves from the CLI → GPU reset → burn-in → back in service. The same
     fault again → hardware inspection: never returned, `repair` and `restore` exit 4."""
+    import contextvars
     import threading
 
     from trainmedic.cli.main import main
@@ -410,7 +411,12 @@ def test_node_lifecycle_fault_drain_repair_burn_in_return_then_inspection(stack,
     assert {n.name: n.state for n in scheduler.nodes()}[node] is NodeState.DRAINED
 
     codes: list[int] = []
-    repair = threading.Thread(target=lambda: codes.append(main(["repair", node, "--json"])))
+    # In a copy of this thread's context: the stack's API URL lives in Prefect's settings
+    # context here, which a bare new thread would not see (it would ask another server).
+    repair = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(lambda: codes.append(main(["repair", node, "--json"])),),
+    )
     repair.start()
     asking = _paused_run("repair-node", repair.is_alive)
     assert main(["approve", asking, "--by", "carol", "--reason", "reset GPU 2"]) == 0
