@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.isolate import isolate
 from flows.locate import LocateRequest, locate_faulty_nodes
-from flows.tasks import SERVER_BUSY, _transient, node_topology, server_state, tell_human
+from flows.tasks import RETRY_WHILE_SERVER_BUSY, node_topology, server_state, tell_human
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.adapters.server_state import ACTION_RETENTION
 from trainmedic.core import validate
@@ -99,13 +99,7 @@ def _candidates(jobs: list[JobInfo], incidents: list[Incident], taken: set[str])
     ]
 
 
-@task(
-    name="claim-incident",
-    cache_policy=NO_CACHE,
-    retries=3,
-    retry_delay_seconds=[1, 3, 9],
-    retry_condition_fn=_transient(SERVER_BUSY),
-)
+@task(name="claim-incident", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
     """The jobs this run remediates. A job in an incident that another live run handles
     (or handled: a closed one, unless a human asks again) is not this run's. Idempotent: a

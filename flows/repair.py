@@ -36,7 +36,7 @@ from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import HostOutcome, NodeInfo, NodeName, NodeState, PlaybookResult
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.guard import drains_of
+from trainmedic.decisions.guard import lemon
 from trainmedic.decisions.ownership import drain_owner
 from trainmedic.decisions.repair import RepairKind, RepairPlan, RepairPolicy, plan_repair
 from trainmedic.reports.nodes import repair_report
@@ -120,13 +120,15 @@ def repair_node(request: RepairRequest) -> RepairResult:
             inspection=True,
         )
     now = datetime.now(UTC)
-    drains = drains_of(store.actions(), node, now, timedelta(days=settings.lemon_window_days))
-    if len(drains) >= settings.lemon_drains:
-        why = (
-            f"a lemon: drained {len(drains)} times in {settings.lemon_window_days:g} days "
-            f"({', '.join(f'{e.at:%m-%d %H:%M}' for e in drains)})"
-        )
-        return _needs_inspection(result, request, record, why, fault="lemon")
+    drained = lemon(
+        store.actions(),
+        node,
+        now,
+        drains=settings.lemon_drains,
+        window_days=settings.lemon_window_days,
+    )
+    if drained:
+        return _needs_inspection(result, request, record, f"a lemon: {drained}", fault="lemon")
 
     diagnostics = collect_node_diagnostics([node], dry_run=False)
     if diagnostics.hosts.get(node) is HostOutcome.unreachable:

@@ -17,7 +17,7 @@ burn-in, and only when trainmedic drained it.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -33,7 +33,7 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
 from trainmedic.core.settings import get_settings
-from trainmedic.decisions.guard import drains_of
+from trainmedic.decisions.guard import lemon
 from trainmedic.decisions.ownership import Ownership, drain_owner
 from trainmedic.locate import Group, Verdict, judge_round
 from trainmedic.reports.nodes import restore_report
@@ -165,18 +165,20 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
             reason=f"{ownership.why}; only its owner returns it (or `trainmedic restore "
             f"{node} --force --by NAME --reason TEXT`)",
         )
-    drains = drains_of(
-        store.actions(), node, datetime.now(UTC), timedelta(days=settings.lemon_window_days)
+    drained = lemon(
+        store.actions(),
+        node,
+        datetime.now(UTC),
+        drains=settings.lemon_drains,
+        window_days=settings.lemon_window_days,
     )
-    if len(drains) >= settings.lemon_drains and not request.force:
+    if drained and not request.force:
         return _finish(
             result,
             request,
             verdict="refused: a lemon",
-            reason=f"{node} was drained {len(drains)} times in {settings.lemon_window_days:g} "
-            f"days ({', '.join(f'{e.at:%m-%d %H:%M}' for e in drains)}): it needs hardware "
-            f"inspection, not another return (`trainmedic restore {node} --force --by NAME "
-            "--reason TEXT` after it)",
+            reason=f"{node} was {drained}: it needs hardware inspection, not another return "
+            f"(`trainmedic restore {node} --force --by NAME --reason TEXT` after it)",
         )
     record = store.drain_record(node)
     if record is not None and record.inspection and not request.force:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from prefect import get_run_logger, pause_flow_run, task
 from prefect.cache_policies import NO_CACHE
@@ -303,15 +304,15 @@ def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoin
 # it is idempotent: a second try finds its own resubmission. (A drain does not retry: a drain
 # done whose record was lost would come back "already drained", and not be ours.)
 SERVER_BUSY = (ConcurrencySlotAcquisitionError, PrefectHTTPStatusError, ServerError)
+# The task options of an idempotent task that retries while the server is busy.
+RETRY_WHILE_SERVER_BUSY: dict[str, Any] = {
+    "retries": 3,
+    "retry_delay_seconds": [1, 3, 9],
+    "retry_condition_fn": _transient(SERVER_BUSY),
+}
 
 
-@task(
-    name="resubmit-job",
-    cache_policy=NO_CACHE,
-    retries=3,
-    retry_delay_seconds=[1, 3, 9],
-    retry_condition_fn=_transient(SERVER_BUSY),
-)
+@task(name="resubmit-job", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def resubmit_job(
     job: JobInfo,
     checkpoint: Checkpoint | None,

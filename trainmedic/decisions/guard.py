@@ -51,6 +51,7 @@ __all__ = [
     "decide_isolation",
     "drains_of",
     "isolation_policy",
+    "lemon",
     "recent_drains",
 ]
 
@@ -245,3 +246,15 @@ def drains_of(
         (e for e in entries if e.kind is ActionKind.drain and e.target == node and e.at >= since),
         key=lambda e: e.at,
     )
+
+
+def lemon(
+    entries: Iterable[ActionEntry], node: str, now: datetime, *, drains: int, window_days: float
+) -> str | None:
+    """Why ``node`` is a lemon (drained ``drains`` times or more within ``window_days``), as
+    "drained 3 times in 7 days (12-01 10:00, ...)"; None when it is not one."""
+    found = drains_of(entries, node, now, timedelta(days=window_days))
+    if len(found) < drains:
+        return None
+    when = ", ".join(f"{e.at:%m-%d %H:%M}" for e in found)
+    return f"drained {len(found)} times in {window_days:g} days ({when})"
