@@ -6,7 +6,8 @@ what without a human.
     → if needed, pause for a human (typed form: approve / reject / approve subset, timeout)
     → drain each approved node (reason names the run; a drain record kept on the server)
     → stop what the failed job still runs there (its own steps only, never another job)
-    → playbooks/isolate_node.yml on them (isolation marker, collect Xid / nvidia-smi / dcgmi)
+    → playbooks/isolate_node.yml on them (isolation marker, collect Xid / nvidia-smi / dcgmi),
+      in the background: ``start_isolation`` returns once the scheduler holds the nodes out
 
 The decision and the drains it allows happen under one hold of the cluster's guard lock (on
 the Prefect server): two isolations at once cannot both fit under a guard that has room for
@@ -16,12 +17,14 @@ to drain, and each drain still passes the circuit breaker.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Literal
 
 from prefect import get_run_logger, pause_flow_run, task
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import FlowPauseTimeout
+from prefect.futures import PrefectFuture
 from prefect.input import RunInput
 from prefect.runtime import flow_run
 from pydantic import Field
@@ -42,7 +45,13 @@ from trainmedic.decisions.guard import (
 from trainmedic.decisions.ownership import drain_reason
 from trainmedic.state import ActionEntry
 
-__all__ = ["IsolationApproval", "IsolationOutcome", "isolate"]
+__all__ = [
+    "IsolationApproval",
+    "IsolationOutcome",
+    "PendingIsolation",
+    "isolate",
+    "start_isolation",
+]
 
 
 class IsolationApproval(RunInput):
@@ -87,6 +96,52 @@ def isolate(
 ) -> IsolationOutcome:
     """Isolate ``verdicts`` (node → what convicted it, e.g. "faulty", "ECCError") under this
     installation's policy (server-side settings, never a run's parameters)."""
+    return start_isolation(
+        verdicts,
+        runbook=runbook,
+        evidence=evidence,
+        approval_timeout_s=approval_timeout_s,
+        job_id=job_id,
+        dry_run=dry_run,
+    ).finish()
+
+
+@dataclasses.dataclass
+class PendingIsolation:
+    """An isolation whose nodes are drained (or not) and whose marker playbook is running:
+    ``finish()`` waits for it and gives the outcome with the evidence it collected."""
+
+    outcome: IsolationOutcome
+    playbook: PrefectFuture[PlaybookResult] | None
+
+    def finish(self) -> IsolationOutcome:
+        if self.playbook is None:
+            return self.outcome
+        result = self.playbook.result()
+        found: dict[str, dict[str, object]] = {}
+        for host, facts in result.facts.items():
+            collected = facts.get("trainmedic_isolation")
+            found[host] = {
+                "outcome": str(result.hosts.get(host)),
+                **(collected if isinstance(collected, dict) else {}),
+            }
+        self.playbook = None
+        self.outcome = self.outcome.model_copy(update={"evidence": found})
+        return self.outcome
+
+
+def start_isolation(
+    verdicts: dict[str, str],
+    *,
+    runbook: str,
+    evidence: str,
+    approval_timeout_s: int,
+    job_id: str | None,
+    dry_run: bool,
+) -> PendingIsolation:
+    """``isolate`` up to the drains and the stops, with the marker playbook started in the
+    background: the scheduler's drain already keeps jobs off the nodes, so a resubmission
+    need not wait for the marker and the evidence collection (seconds of Ansible)."""
     logger = get_run_logger()
     candidates = list(verdicts)
     store = server_state()
@@ -122,21 +177,15 @@ def isolate(
         with store.lock():
             drain_all(approved)
 
-    found: dict[str, dict[str, object]] = {}
+    playbook = None
     if approved:
         if job_id:
             # Only once the drains are recorded, and only the failed job's own work there.
             for node in approved:
                 reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
                 actions.append(stop_job_on_node(job_id, node, reason, dry_run))
-        result = isolate_nodes(approved, f"{runbook} {run_name}", dry_run)
-        for host, facts in result.facts.items():
-            collected = facts.get("trainmedic_isolation")
-            found[host] = {
-                "outcome": str(result.hosts.get(host)),
-                **(collected if isinstance(collected, dict) else {}),
-            }
-    return IsolationOutcome(
+        playbook = isolate_nodes.submit(approved, f"{runbook} {run_name}", dry_run)
+    outcome = IsolationOutcome(
         mode=decision.mode,
         decided_by=decided_by,
         candidates=candidates,
@@ -145,9 +194,9 @@ def isolate(
         already_drained=list(decision.already_drained),
         reasons=list(decision.reasons),
         ignored=ignored,
-        evidence=found,
         actions=actions,
     )
+    return PendingIsolation(outcome=outcome, playbook=playbook)
 
 
 def _decide(candidates: list[str], actions: list[ActionEntry]) -> IsolationDecision:

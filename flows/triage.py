@@ -27,7 +27,7 @@ from flows.incident import (
     locate_incident,
     wait_for_decisions,
 )
-from flows.isolate import isolate
+from flows.isolate import PendingIsolation, start_isolation
 from flows.locate import pair_test_job_nodes
 from flows.rollback import RollbackRequest, roll_back
 from flows.slow import remediate_slow
@@ -394,8 +394,11 @@ def _remediate(
             )
     # One isolation decision for every proven origin of the incident.
     drains = {n: str(c.diagnosis.category) for c in cases for n in c.plan.drain}
+    isolation: PendingIsolation | None = None
     if drains:
-        outcome = isolate(
+        # The scheduler holds the drained nodes out from here on: the isolation marker and
+        # its evidence are collected while the jobs are resubmitted, not before.
+        isolation = start_isolation(
             drains,
             runbook="triage",
             evidence="in the job logs",
@@ -403,7 +406,7 @@ def _remediate(
             job_id=seed.job_id if len(jobs) == 1 else None,
             dry_run=dry_run,
         )
-        shared.extend(outcome.actions)
+        shared.extend(isolation.outcome.actions)
     exclude = sorted({n for c in cases for n in c.plan.exclude})
     to_locate = [c for c in cases if c.plan.locate]
     switches: list[str] = []
@@ -429,6 +432,8 @@ def _remediate(
         _restart(case, exclude, incident, request)
         if not dry_run:
             case.actions.extend(_tell_humans(case.job, case.diagnosis, case.plan))
+    if isolation is not None:
+        isolation.finish()  # the marker is set (or its failure fails this run) before reporting
     if len(jobs) > 1:
         create_markdown_artifact(
             key=f"incident-{incident.incident_id}",

@@ -15,7 +15,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from trainmedic.core.settings import get_settings
 from trainmedic.sim.hardware import (
     GPU_FAULTS,
     KERNEL_LOG_RESTRICTED,
@@ -266,6 +265,10 @@ def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
     args, _ = parser.parse_known_args(argv)
     hosts = [h for h in args.hosts.split(",") if h]
     statuses = [node_status(node_dir.parent / h) for h in hosts]
+    # Imported here: the other tools (nvidia-smi, dmesg... run many times per playbook on the
+    # controller, where the real ones would run on the nodes) do not pay for the settings.
+    from trainmedic.core.settings import get_settings
+
     seconds = get_settings().sim_test_seconds
     size = _parse_size(args.maxbytes)
     nranks = len(hosts) * args.ngpus
