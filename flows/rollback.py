@@ -24,6 +24,7 @@ from flows.tasks import (
     read_loss_history,
     restart_from,
     stop_job,
+    tell_human,
 )
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.scheduler import get_scheduler
@@ -135,12 +136,18 @@ def roll_back(request: RollbackRequest) -> RollbackResult:
     approved = True
     if attempts >= settings.retry_budget or streak >= settings.crash_loop_after:
         approved = False
+        why = "crash loop" if streak >= settings.crash_loop_after else "retry budget spent"
         actions.append(
-            ActionRecord(
-                what="page on-call",
-                target="on-call",
-                outcome=f"not rolled back again: {attempts} resubmissions (budget "
-                f"{settings.retry_budget}), {streak} failed attempts in a row",
+            tell_human(
+                "page",
+                job_id=job.job_id,
+                category="LossSpike",
+                summary=f"job {job.job_id}: loss spike at step {spike.step}, not rolled back "
+                f"again ({why}): {attempts} resubmissions (budget {settings.retry_budget}), "
+                f"{streak} failed attempts in a row",
+                evidence=f"loss {spike.loss:.4g} at step {spike.step} (batch {spike.batch})",
+                answer=f"check the data from batch {spike.batch} on, then `trainmedic restart "
+                f"{job.job_id} --from-checkpoint {target.step}`",
             )
         )
     elif approval_needed and not request.dry_run:
