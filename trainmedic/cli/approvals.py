@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import argparse
 import getpass
+from typing import TYPE_CHECKING
 
 from trainmedic.cli.common import AddCommand, print_json, with_prefect
 from trainmedic.core.errors import InputError
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.objects import FlowRun
 
 # Runbooks whose pause is the shared isolation step's "drain these nodes?" (flows.isolate).
 ISOLATING = ("locate-faulty-nodes", "triage")
@@ -66,18 +71,42 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
-def find_run(client, ref: str):  # type: ignore[no-untyped-def]
+# How many same-named runs the refusal lists: enough to pick from, still one line.
+AMBIGUOUS_SHOWN = 10
+
+
+def find_run(client: SyncPrefectClient, ref: str) -> FlowRun:
+    """The flow run ``ref`` names: its id, or a name exactly one run has. A name several runs
+    share is refused, listing their ids and states: approving or cancelling the wrong run is
+    a destructive mistake, so the human picks the id rather than us picking one."""
     import uuid
 
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.exceptions import ObjectNotFound
 
     try:
-        return client.read_flow_run(uuid.UUID(ref))
+        run_id = uuid.UUID(ref)
     except ValueError:
         pass
-    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[ref])))
+    else:
+        try:
+            return client.read_flow_run(run_id)
+        except ObjectNotFound:
+            raise InputError("run", ref, "no flow run with that id") from None
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[ref])),
+        sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+        limit=AMBIGUOUS_SHOWN + 1,
+    )
     if not runs:
         raise InputError("run", ref, "no flow run with that id or name")
+    if len(runs) > 1:
+        shown = ", ".join(
+            f"{r.id} ({r.state.name if r.state else '?'})" for r in runs[:AMBIGUOUS_SHOWN]
+        )
+        count = f"over {AMBIGUOUS_SHOWN}" if len(runs) > AMBIGUOUS_SHOWN else str(len(runs))
+        raise InputError("run", ref, f"{count} flow runs have that name: {shown}; give the run id")
     return runs[0]
 
 
