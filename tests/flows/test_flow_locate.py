@@ -304,3 +304,34 @@ def test_a_node_running_someone_elses_job_is_never_pair_tested(prefect_server, s
     assert not busy & tested and tested  # the others were tested
     assert scheduler.job(other.job_id).state == "RUNNING"  # untouched
     assert not scheduler.release(f"trainmedic-locate-{result.flow_run_id[:8]}")  # released
+
+
+@pytest.mark.server
+def test_pair_tests_cut_off_by_an_overloaded_controller_are_retried_never_convicted(
+    prefect_server, sim, monkeypatch
+) -> None:
+    """The first playbook run of the locate is cut off at Ansible's overall timeout (what an
+    overloaded controller does: the adapter raises PlaybookTimeout, tests/flows/
+    test_reliability.py shows it for real). Its nodes are undetermined and tested again: only
+    the faulty node is convicted, the flow does not fail."""
+    import flows.locate as locate_module
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.core.errors import PlaybookTimeout
+
+    cluster, scheduler = sim
+    cluster.inject("node003", "link")
+    real = locate_module.run_playbook
+    calls: list[list[str]] = []
+
+    def overloaded_once(playbook, targets, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(list(targets))
+        if len(calls) == 1:
+            raise PlaybookTimeout(f"{playbook}: timed out after 130 s")
+        return real(playbook, targets, *args, **kwargs)
+
+    monkeypatch.setattr(locate_module, "run_playbook", overloaded_once)
+    result = locate_faulty_nodes(LocateRequest(nodes=HALF, seed=1, tests_per_run=1))
+    assert result.faulty == ["node003"]
+    assert result.undetermined == [] and result.slow == []
+    assert len(calls) > 2  # the cut-off batch was run again
+    assert drained(scheduler) == {}

@@ -23,7 +23,7 @@ import ansible_runner
 import yaml
 
 from trainmedic.core import validate
-from trainmedic.core.errors import ConfigError, InputError, PlaybookError
+from trainmedic.core.errors import ConfigError, InputError, PlaybookError, PlaybookTimeout
 from trainmedic.core.models import HostOutcome, NodePlace, PlaybookResult
 from trainmedic.core.settings import REPO_ROOT, Settings, get_settings
 
@@ -216,7 +216,7 @@ def run_playbook(
             logging.getLogger(__name__).warning(
                 "%s timed out: killed %d leftover processes", playbook, killed
             )
-        raise PlaybookError(
+        raise PlaybookTimeout(
             f"{playbook}: timed out after {timeout_s or settings.playbook_timeout_s} s"
         )
     if not stats and runner.rc != 0:

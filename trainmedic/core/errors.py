@@ -6,6 +6,7 @@
     ├── SchedulerError              sbatch/scontrol/sacct or the simulated scheduler refused
     │   └── JobNotFound
     ├── PlaybookError               ansible-runner could not run a playbook, or it failed
+    │   └── PlaybookTimeout         cut off at its overall timeout (nothing known of the hosts)
     ├── TelemetryError              the metrics endpoint could not be read or parsed
     ├── CheckpointError             no valid checkpoint to restart from
     ├── PolicyRefused               the safety policy refused a destructive action
@@ -23,6 +24,7 @@ __all__ = [
     "InputError",
     "JobNotFound",
     "PlaybookError",
+    "PlaybookTimeout",
     "PolicyRefused",
     "SchedulerError",
     "ServerError",
@@ -59,6 +61,11 @@ class JobNotFound(SchedulerError):
 
 class PlaybookError(TrainmedicError):
     """A playbook could not be run, or failed on hosts where failure is not tolerated."""
+
+
+class PlaybookTimeout(PlaybookError):
+    """ansible-runner stopped a playbook at its overall timeout: what it did on each host is
+    unknown (an overloaded controller looks exactly like this)."""
 
 
 class TelemetryError(TrainmedicError):
