@@ -31,7 +31,14 @@ from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core import validate
 from trainmedic.core.errors import InputError
-from trainmedic.core.models import NodeInfo, NodeName, NodeState, PairResult, PlaybookResult
+from trainmedic.core.models import (
+    HostOutcome,
+    NodeInfo,
+    NodeName,
+    NodeState,
+    PairResult,
+    PlaybookResult,
+)
 from trainmedic.core.settings import get_settings
 from trainmedic.decisions.guard import lemon
 from trainmedic.decisions.ownership import Ownership, drain_owner
@@ -259,7 +266,16 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
             reason=f"{node} now: {now.reason!r}",
         )
     # The marker first: the site's health check must never find a resumed node still marked.
-    unisolate_node(node, f"restore-node {flow_run.get_name() or 'local'}", dry_run=False)
+    removed = unisolate_node(node, f"restore-node {flow_run.get_name() or 'local'}", dry_run=False)
+    if removed.hosts.get(node) != HostOutcome.ok:
+        # Still marked (or unknown): resumed, the node would be failed by the site's health
+        # check, or run jobs while marked out of service. It stays drained, ours, for a human.
+        return _finish(
+            result,
+            request,
+            verdict="kept drained: isolation marker not removed",
+            reason=f"isolate_node.yml (absent) on {node}: {removed.hosts.get(node, 'no answer')}",
+        )
     scheduler.resume(node)
     store.forget_drain(node)
     return _finish(result, request, verdict="restored", reason=passed, restored=True)

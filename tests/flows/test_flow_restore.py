@@ -171,6 +171,36 @@ def test_marker_is_removed_before_the_node_is_resumed(prefect_server, sim, monke
 
 
 @pytest.mark.server
+def test_a_node_whose_marker_cannot_be_removed_stays_drained(
+    prefect_server, sim, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The node passes its checks, then drops off the network as the marker is removed: it
+    is not resumed (a marked node back in service, or one the site's health check fails),
+    and stays drained and ours."""
+    import flows.restore as restore_module
+    from flows.restore import RestoreRequest, restore_node
+    from flows.tasks import server_state
+
+    cluster, scheduler = sim
+    cluster.inject("node004", "xid79")
+    isolated(cluster, "node004", scheduler)
+    cluster.repair("node004")
+    real = restore_module.run_playbook
+
+    def unreachable_when_unmarking(playbook, targets, extravars=None, **kwargs):  # type: ignore[no-untyped-def]
+        if (extravars or {}).get("trainmedic_isolation_state") == "absent":
+            cluster.inject("node004", "down")
+        return real(playbook, targets, extravars, **kwargs)
+
+    monkeypatch.setattr(restore_module, "run_playbook", unreachable_when_unmarking)
+    result = restore_node(RestoreRequest(node="node004"))
+    assert not result.restored
+    assert result.verdict == "kept drained: isolation marker not removed"
+    assert {n.name: n.state for n in scheduler.nodes()}["node004"] is NodeState.DRAINED
+    assert server_state().drain_record("node004") is not None  # still ours
+
+
+@pytest.mark.server
 def test_a_lemon_is_not_returned_until_a_human_forces_it(prefect_server, sim, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Drained 3 times in a week (the limit here: 2): its third return is refused whatever
     its pair test would say; a named human with a reason can still return it."""
