@@ -3,6 +3,8 @@ Prefect server with the simulated cluster, until a human resets it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from support.waits import (
     run_in_thread,
@@ -82,6 +84,22 @@ def test_two_triages_at_once_never_both_take_the_last_slot(
     # be one incident, one run and one isolation decision: tests/flows/test_flow_incident.py).
     monkeypatch.setenv("TRAINMEDIC_INCIDENT_WINDOW_S", "0")
     policy(breaker_limit=1, min_drainable=4)
+    # Both runs inside the check at once, whatever their timing: each waits at the check for
+    # the other (up to 20 s). Without the lock both get there, both read "one slot left" and
+    # both drain; with it, the second waits on the lock, the first goes on alone after 20 s.
+    import threading
+
+    import flows.tasks as tasks_module
+
+    real_check = tasks_module.breaker_state
+    both_inside = threading.Barrier(2, timeout=20)
+
+    def slow_check(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_inside.wait()
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(tasks_module, "breaker_state", slow_check)
     cluster, scheduler = sim
     spec = JobSpec(name="x", nodes=2, steps=100_000, checkpoint_every=20)
     started = [scheduler.submit(spec.model_copy(update={"name": n})) for n in ("left", "right")]
