@@ -339,32 +339,37 @@ def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
 
 
 def test_a_crash_loop_pages_on_call_and_resubmits_no_more(prefect_server, sim, policy) -> None:
-    """Two failed attempts in a row (the limit here): the second triage resubmits nothing
-    and pages, the page naming the job, the loop and what answers it."""
+    """Three failed attempts in a row (the limit here), each diagnosed as something else
+    (ECC, a lost GPU, an NVLink fault): misreadings of one fault must not reset the count. The
+    third triage resubmits nothing and pages, naming the loop, the three categories and
+    what answers it."""
     from flows.triage import TriageRequest, triage
 
-    policy(auto_approve_max=2, max_share=0.5, crash_loop_after=2)
+    policy(auto_approve_max=2, max_share=0.5, crash_loop_after=3, min_drainable=2)
     cluster, scheduler = sim
-    first = failed_job(sim, "ecc", name="loop")
-    done = triage(TriageRequest(job_id=first.job_id))
-    assert done.new_job_id
-    again = scheduler.job(done.new_job_id)
-    wait_step(again, 70)
-    cluster.inject(again.nodes[0], "xid79")
-    second = wait_finished(scheduler, again.job_id)
-    result = triage(TriageRequest(job_id=second.job_id))
+    job = failed_job(sim, "ecc", name="loop")
+    for fault in ("xid79", "nvlink"):
+        done = triage(TriageRequest(job_id=job.job_id))
+        assert done.new_job_id, done
+        again = scheduler.job(done.new_job_id)
+        wait_step(again, 70)
+        cluster.inject(again.nodes[0], fault)
+        job = wait_finished(scheduler, again.job_id)
+    result = triage(TriageRequest(job_id=job.job_id))
     assert result.new_job_id is None and result.human_needed
     pages = wait_until(
         lambda: [
             e
-            for e in server_events(f"trainmedic.job.{second.job_id}")
-            if e["event"] == "trainmedic.page"
+            for e in server_events(f"trainmedic.job.{job.job_id}")
+            if e["event"] == "trainmedic.page" and "crash loop" in e["payload"]["summary"]
         ],
         30,
         "the crash-loop page",
     )
-    assert "crash loop" in pages[0]["payload"]["summary"]
-    assert f"trainmedic triage {second.job_id}" in pages[0]["payload"]["answer"]
+    summary = pages[0]["payload"]["summary"]
+    assert "the last 3 runs of this training job failed" in summary
+    assert all(c in summary for c in ("ECCError", "GPUFallenOff", "NVLinkError")), summary
+    assert f"trainmedic triage {job.job_id}" in pages[0]["payload"]["answer"]
 
 
 def test_a_human_correction_changes_the_verdict_of_the_next_failure_like_it(
