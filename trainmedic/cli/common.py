@@ -101,10 +101,10 @@ def needs_human(outcome: dict[str, object]) -> str | None:
     return None
 
 
-def outcome_summary(outcome: object) -> str:
-    """One cell for `trainmedic runs`: what the run found and did, from its result."""
-    if not isinstance(outcome, dict):
-        return ""
+def outcome_summary(outcome: object, *, paged: str | None = None) -> str:
+    """One cell for `trainmedic runs`: what the run found and did, from its result, and
+    whether it paged on-call (``paged``: what the page said, from the run's page event)."""
+    outcome = outcome if isinstance(outcome, dict) else {}
     parts = [str(outcome["category"])] if outcome.get("category") else []
     drained = outcome.get("drained")
     if drained:
@@ -112,6 +112,10 @@ def outcome_summary(outcome: object) -> str:
     if outcome.get("new_job_id"):
         parts.append(f"resubmitted as {outcome['new_job_id']}")
     human = needs_human(outcome)
-    if human:
+    if paged is not None:
+        # The result's reason is the shorter, when there is one: the page's summary repeats
+        # the job and category already in the row.
+        parts.append(f"paged: {(human or paged)[:80]}")
+    elif human:
         parts.append(f"human: {human[:80]}")
     return "; ".join(parts)

@@ -1,17 +1,23 @@
 """``trainmedic runs``: the runbook history an on-call engineer reads.
 
-Newest first by start time, only runs that happened (a scheduled watchdog run of the next
-minute is not history), filtered on the server by runbook, state and age, and here by job
-or node (what the run's request names). Any limit from 1 to 1000; anything else is refused
-in one line.
+Only runs that happened, newest created first: a run created and never started (no worker
+took it) is history, a run scheduled for later (the watchdog's next minute) is not, one due in
+the past and not started is (Scheduled or Late). Filtered on the server by runbook and state
+(any Prefect state name, in any case), and here by age, job and node (what the run's request
+names, or the nodes its outcome drained). The outcome says when the run paged on-call. Any
+limit from 1 to 1000; anything else is refused in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from trainmedic.cli.common import (
     AddCommand,
@@ -26,6 +32,28 @@ from trainmedic.core.errors import InputError
 MAX_LIMIT = 1000
 PAGE = 200
 _AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
+# Prefect's state names beyond its state types' own (Scheduled, Running, Completed...), as
+# its engine and server name them.
+NAMED_STATES = (
+    "Late",
+    "AwaitingRetry",
+    "AwaitingConcurrencySlot",
+    "Resuming",
+    "Retrying",
+    "Submitting",
+    "InfrastructurePending",
+    "NotReady",
+    "Cached",
+    "TimedOut",
+    "RolledBack",
+    "Suspended",
+)
+# The server sorts by expected start, not by creation. A run is created no later than it is
+# expected to start, give or take the clocks of the hosts that created it: once a page's
+# expected starts are this far behind the runs kept, no later page holds a newer one.
+CLOCK_SLACK = timedelta(hours=1)
+PAGE_EVENTS_PER_CALL = 50  # the events API's page size
+MAX_PAGE_EVENT_CALLS = 20
 
 
 def since_time(value: str) -> datetime:
@@ -44,13 +72,65 @@ def since_time(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _names(request: dict[str, object]) -> set[str]:
-    """The nodes a run's request names (restore: node; locate: nodes)."""
+def state_names() -> dict[str, str]:
+    """Every Prefect state name, by its lower case."""
+    from prefect.client.schemas.objects import StateType
+
+    names = [t.value.title() for t in StateType] + list(NAMED_STATES)
+    return {n.lower(): n for n in names}
+
+
+def state_name(value: str) -> str:
+    """The Prefect state name ``value`` means, whatever its case (the server's filter is exact)."""
+    names = state_names()
+    try:
+        return names[value.strip().lower()]
+    except KeyError:
+        raise InputError(
+            "state", value, f"not a Prefect state: one of {', '.join(sorted(names.values()))}"
+        ) from None
+
+
+def _names(request: dict[str, object], outcome: dict[str, Any] | None) -> set[str]:
+    """The nodes a run is about: those its request names (restore: node; locate: nodes), and
+    those its outcome drained (triage names a job, not the node it drained)."""
     found = {str(request["node"])} if request.get("node") else set()
     nodes = request.get("nodes")
     if isinstance(nodes, list):
         found |= {str(n) for n in nodes}
+    drained = (outcome or {}).get("drained")
+    if isinstance(drained, list):
+        found |= {str(n) for n in drained}
     return found
+
+
+def _happened_filter(state: str | None, now: datetime) -> Any:
+    """Only runs that happened: not those in a Scheduled state (Scheduled, Late, AwaitingRetry,
+    ...) expected to start after ``now``; ``state``: only runs in that state."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+        FlowRunFilterStateType,
+        Operator,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    due = FlowRunFilterExpectedStartTime(before_=now)
+    if state is None:
+        # Either not scheduled at all, or scheduled for a time that has come.
+        return FlowRunFilter(
+            operator=Operator.or_,
+            state=FlowRunFilterState(type=FlowRunFilterStateType(not_any_=[StateType.SCHEDULED])),
+            expected_start_time=due,
+        )
+    # A run expected in the future is only hidden while it waits for that time: a Cancelled
+    # one is history; a Scheduled, Late or AwaitingRetry one is only once it was due.
+    named = FlowRunFilterState(name=FlowRunFilterStateName(any_=[state]))
+    if state in ("Scheduled", "Late", "AwaitingRetry", "AwaitingConcurrencySlot", "Resuming"):
+        return FlowRunFilter(state=named, expected_start_time=due)
+    return FlowRunFilter(state=named)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -59,76 +139,49 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     if not 1 <= args.limit <= MAX_LIMIT:
         raise InputError("limit", args.limit, f"must be 1 to {MAX_LIMIT}")
-    wanted_job = check_job_id(args.job, "job") if args.job else None
-    wanted_node = hostname(args.node, "node") if args.node else None
-    since = since_time(args.since) if args.since else None
+    wanted = Wanted(
+        job=check_job_id(args.job, "job") if args.job else None,
+        node=hostname(args.node, "node") if args.node else None,
+        since=since_time(args.since) if args.since else None,
+        state=state_name(args.state) if args.state else None,
+        runbook=args.runbook,
+        limit=args.limit,
+    )
     with_prefect()
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterStartTime,
-        FlowRunFilterState,
-        FlowRunFilterStateName,
-    )
-    from prefect.client.schemas.sorting import FlowRunSort
 
-    run_filter = FlowRunFilter(
-        start_time=FlowRunFilterStartTime(is_null_=False, after_=since),
-        state=FlowRunFilterState(name=FlowRunFilterStateName(any_=[args.state]))
-        if args.state
-        else None,
-    )
-    flow_filter = FlowFilter(name=FlowFilterName(any_=[args.runbook])) if args.runbook else None
     from trainmedic.adapters.server_state import ServerState
     from trainmedic.core.settings import get_settings
 
     # A human's correction of a job's diagnosis shows on that job's runs.
     corrected = {c.job_id: c for c in ServerState(get_settings().cluster).corrections()}
-    rows: list[dict[str, object]] = []
     with get_client(sync_client=True) as client:
         flows = {f.id: f.name for f in client.read_flows()}
-        offset = 0
-        while len(rows) < args.limit:
-            page = client.read_flow_runs(
-                flow_filter=flow_filter,
-                flow_run_filter=run_filter,
-                sort=FlowRunSort.START_TIME_DESC,
-                limit=PAGE,
-                offset=offset,
-            )
-            offset += len(page)
-            for run in page:
-                request = (run.parameters or {}).get("request") or {}
-                request = request if isinstance(request, dict) else {}
-                job = request.get("job_id")
-                if wanted_job and job != wanted_job:
-                    continue
-                if wanted_node and wanted_node not in _names(request):
-                    continue
-                rows.append(
-                    {
-                        "flow_run_id": str(run.id),
-                        "name": run.name,
-                        "runbook": flows.get(run.flow_id, "?"),
-                        "job_id": job,
-                        "state": run.state.name if run.state else "?",
-                        "message": (run.state.message or "") if run.state else "",
-                        "started": run.start_time.isoformat() if run.start_time else None,
-                        "outcome": _outcome(run.state),
-                        "corrected": (
-                            f"{corrected[job].category} by {corrected[job].by}"
-                            if job in corrected
-                            else None
-                        ),
-                        "url": ui_link(run.id),
-                    }
-                )
-                if len(rows) >= args.limit:
-                    break
-            if len(page) < PAGE:
-                break
+        kept = _newest(client, wanted)
+        paged = _pages(client, [run for run, _ in kept])
+    rows: list[dict[str, object]] = []
+    for run, result in kept:
+        job = _request(run).get("job_id")
+        outcome = result if wanted.node else _result(run.state)
+        rows.append(
+            {
+                "flow_run_id": str(run.id),
+                "name": run.name,
+                "runbook": flows.get(run.flow_id, "?"),
+                "job_id": job,
+                "state": run.state.name if run.state else "?",
+                "message": (run.state.message or "") if run.state else "",
+                "created": run.created.isoformat() if run.created else None,
+                "started": run.start_time.isoformat() if run.start_time else None,
+                "outcome": outcome_summary(outcome, paged=paged.get(str(run.id))),
+                "corrected": (
+                    f"{corrected[job].category} by {corrected[job].by}"
+                    if job in corrected
+                    else None
+                ),
+                "url": ui_link(run.id),
+            }
+        )
     if args.json:
         print_json(rows)
         return 0
@@ -137,7 +190,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no runs" + (f" matching {', '.join(filters)}" if filters else ""))
     for row in rows:
         print(
-            f"{str(row['started'] or '')[:19]:<20} {row['runbook']!s:<20} "
+            f"{str(row['created'] or '')[:19]:<20} {row['runbook']!s:<20} "
             f"job {row['job_id'] or '-'!s:<8} {row['state']!s:<10} {row['name']}  "
             f"{str(row['outcome'] or row['message'])[:100]}"
             + (f" [corrected: {row['corrected']}]" if row["corrected"] else "")
@@ -145,21 +198,125 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What `runs` was asked for, checked."""
+
+    job: str | None
+    node: str | None
+    since: datetime | None
+    state: str | None
+    runbook: str | None
+    limit: int
+
+
+def _newest(client: Any, wanted: Wanted) -> list[tuple[Any, dict[str, Any] | None]]:
+    """The ``wanted.limit`` newest created runs that happened and match, each with its result
+    when ``wanted.node`` needed it read."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    run_filter = _happened_filter(wanted.state, datetime.now(UTC))
+    flow_filter = FlowFilter(name=FlowFilterName(any_=[wanted.runbook])) if wanted.runbook else None
+    kept: list[tuple[Any, dict[str, Any] | None]] = []
+    offset = 0
+    while True:
+        page = client.read_flow_runs(
+            flow_filter=flow_filter,
+            flow_run_filter=run_filter,
+            sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+            limit=PAGE,
+            offset=offset,
+        )
+        offset += len(page)
+        for run in page:
+            if wanted.since and (run.created is None or run.created < wanted.since):
+                continue
+            request = _request(run)
+            if wanted.job and request.get("job_id") != wanted.job:
+                continue
+            result = _result(run.state) if wanted.node else None
+            if wanted.node and wanted.node not in _names(request, result):
+                continue
+            kept.append((run, result))
+        kept.sort(key=lambda kept_run: _created(kept_run[0]), reverse=True)
+        del kept[wanted.limit :]
+        if len(page) < PAGE:
+            return kept
+        last = page[-1].expected_start_time
+        floor = last + CLOCK_SLACK if last else None  # no later page's run is newer
+        if floor and (
+            (wanted.since and floor < wanted.since)
+            or (len(kept) == wanted.limit and _created(kept[-1][0]) > floor)
+        ):
+            return kept
+
+
 FILTERS = ("job", "node", "runbook", "state", "since")
 
 
-def _outcome(state: object) -> str:
+def _created(run: Any) -> datetime:
+    return run.created or datetime.min.replace(tzinfo=UTC)
+
+
+def _request(run: Any) -> dict[str, object]:
+    request = (run.parameters or {}).get("request") or {}
+    return request if isinstance(request, dict) else {}
+
+
+def _result(state: object) -> dict[str, Any] | None:
     """What a completed run found and did (category, drained, resubmitted as, human), read
-    from its persisted result; empty for a run without one, or whose result this host cannot
+    from its persisted result; None for a run without one, or whose result this host cannot
     read (a worker elsewhere without shared storage)."""
     if state is None or not state.is_completed():  # type: ignore[attr-defined]
-        return ""
+        return None
     try:
         result = persisted_result(state)
     except Exception:  # history still lists the run, without its outcome
-        return ""
+        return None
     outcome = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-    return outcome_summary(outcome)
+    return outcome if isinstance(outcome, dict) else None
+
+
+def _pages(client: Any, runs: list[Any]) -> dict[str, str]:
+    """The runs among ``runs`` that paged on-call, with what the page said: each page is a
+    ``trainmedic.page`` event the run emitted (the event names the run as a related resource),
+    which a result does not record. Best effort: without the events (past the server's event
+    retention, an API that does not answer) the outcome falls back to the run's result."""
+    if not runs:
+        return {}
+    ids = [f"prefect.flow-run.{run.id}" for run in runs]
+    body: dict[str, Any] = {
+        "filter": {
+            "occurred": {
+                "since": min(_created(run) for run in runs).isoformat(),
+                "until": (datetime.now(UTC) + CLOCK_SLACK).isoformat(),
+            },
+            "event": {"name": ["trainmedic.page"]},
+            "related": {"id": ids},
+            "order": "ASC",
+        },
+        "limit": PAGE_EVENTS_PER_CALL,
+    }
+    found: dict[str, str] = {}
+    try:
+        answer = client.request("POST", "/events/filter", json=body).json()
+        for _ in range(MAX_PAGE_EVENT_CALLS):
+            for event in answer.get("events") or []:
+                summary = str((event.get("payload") or {}).get("summary") or "on-call")
+                for related in event.get("related") or []:
+                    rid = str(related.get("prefect.resource.id", ""))
+                    if rid.startswith("prefect.flow-run."):
+                        found.setdefault(rid.removeprefix("prefect.flow-run."), summary)
+            if not answer.get("next_page"):
+                break
+            token = httpx.URL(str(answer["next_page"])).params.get("page-token")
+            answer = client.request(
+                "GET", "/events/filter/next", params={"page-token": token}
+            ).json()
+    except httpx.HTTPError:
+        pass
+    return found
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -202,9 +359,11 @@ def register(add: AddCommand) -> None:
 
     runs = add("runs", cmd_runs, "runbook history with state and outcome, newest first")
     runs.add_argument("--job", help="only runs about this job id")
-    runs.add_argument("--node", help="only runs whose request names this node")
+    runs.add_argument("--node", help="only runs whose request names or outcome drained this node")
     runs.add_argument("--runbook", help="only this runbook (triage, locate-faulty-nodes, ...)")
-    runs.add_argument("--state", help="only runs in this state (Completed, Failed, Paused...)")
-    runs.add_argument("--since", help="only runs started since: 30m, 24h, 7d or an ISO time")
+    runs.add_argument(
+        "--state", help="only runs in this Prefect state (completed, failed, paused, late...)"
+    )
+    runs.add_argument("--since", help="only runs created since: 30m, 24h, 7d or an ISO time")
     runs.add_argument("--limit", type=int, default=20, help=f"1 to {MAX_LIMIT}")
     runs.add_argument("--json", action="store_true")
