@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.locate import run_pair_tests
+from flows.locate import HOLD_S, release_hold, run_pair_tests
 from flows.tasks import server_state
 from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
@@ -221,13 +221,15 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
             reason=f"dcgmi diag -r {level}: " + ("; ".join(failed) or "; ".join(diag[-3:]))[:300],
         )
 
-    partner, reference_pair = choose_partners(node, nodes, request.partner)
-    # The node leads its test: if it is down, that is an unreachable host at once rather
-    # than a partner waiting for it until the test timeout.
-    groups: list[Group] = [(node, partner)]
-    if request.reference_gbps is None and reference_pair is not None:
-        groups.append(reference_pair)
-    results = run_pair_tests(groups, request.test_timeout_s, request.dry_run)
+    partner, results = _pair_test_with_held_partners(node, request)
+    if results is None:
+        return _finish(
+            result,
+            request,
+            verdict="kept drained: no partner",
+            reason=f"{partner} took a job before it could be held for the pair test; "
+            "run the restore again",
+        )
     test = next(r for r in results if set(r.nodes) == {node, partner})
     reference = request.reference_gbps or _reference(results, node)
     verdict = judge_round([test], request.slow_ratio, reference)[0]
@@ -279,6 +281,36 @@ def restore_node(request: RestoreRequest) -> RestoreResult:
     scheduler.resume(node)
     store.forget_drain(node)
     return _finish(result, request, verdict="restored", reason=passed, restored=True)
+
+
+def _pair_test_with_held_partners(
+    node: str, request: RestoreRequest
+) -> tuple[str, list[PairResult] | None]:
+    """The partner and the pair tests of ``node`` with it (and of a reference pair), the
+    partners chosen from the cluster as it is now (the burn-in took minutes) and held for the
+    test: a job placed on them meanwhile would be tested under, and slowed by, someone's
+    training. No results when the partner could not be held."""
+    scheduler = get_scheduler()
+    partner, reference_pair = choose_partners(node, scheduler.nodes(), request.partner)
+    wanted = [partner, *(reference_pair or ())]
+    hold = f"trainmedic-restore-{node}-{(flow_run.get_id() or 'local')[:8]}"
+    held = set(wanted if request.dry_run else scheduler.hold(hold, wanted, HOLD_S))
+    try:
+        if partner not in held:
+            return partner, None
+        # The node leads its test: if it is down, that is an unreachable host at once rather
+        # than a partner waiting for it until the test timeout.
+        groups: list[Group] = [(node, partner)]
+        if (
+            request.reference_gbps is None
+            and reference_pair is not None
+            and set(reference_pair) <= held
+        ):
+            groups.append(reference_pair)
+        return partner, run_pair_tests(groups, request.test_timeout_s, request.dry_run)
+    finally:
+        if not request.dry_run:
+            release_hold(hold)
 
 
 def _owner_line(ownership: Ownership, request: RestoreRequest) -> str:

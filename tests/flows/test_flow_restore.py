@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from support.drains import isolated, states
 
 from trainmedic.core.errors import InputError
-from trainmedic.core.models import NodeInfo, NodeState
+from trainmedic.core.models import JobState, NodeInfo, NodeState
 
 
 @pytest.mark.server
@@ -198,6 +198,35 @@ def test_a_node_whose_marker_cannot_be_removed_stays_drained(
     assert result.verdict == "kept drained: isolation marker not removed"
     assert {n.name: n.state for n in scheduler.nodes()}["node004"] is NodeState.DRAINED
     assert server_state().drain_record("node004") is not None  # still ours
+
+
+@pytest.mark.server
+def test_the_partners_are_held_while_they_test_the_node(prefect_server, sim, monkeypatch) -> None:
+    """A job submitted while the node is tested never lands on its partner or the reference
+    pair (they are held), and the hold ends with the test."""
+    import flows.restore as restore_module
+    from flows.restore import RestoreRequest, restore_node
+    from trainmedic.core.models import JobSpec
+
+    cluster, scheduler = sim
+    cluster.inject("node004", "xid79")
+    isolated(cluster, "node004", scheduler)
+    cluster.repair("node004")
+    real = restore_module.run_pair_tests
+    placed: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def submit_during_the_test(groups, *args, **kwargs):  # type: ignore[no-untyped-def]
+        job = scheduler.submit(JobSpec(name="squeeze", nodes=1, steps=100_000))
+        placed.append(([n for g in groups for n in g], scheduler.job(job.job_id).nodes))
+        return real(groups, *args, **kwargs)
+
+    monkeypatch.setattr(restore_module, "run_pair_tests", submit_during_the_test)
+    assert restore_node(RestoreRequest(node="node004")).restored
+    ((tested, landed_on),) = placed
+    assert landed_on and not set(landed_on) & set(tested), placed
+    # The hold ended with the test: every other node can take a job again.
+    rest = scheduler.submit(JobSpec(name="rest", nodes=7, steps=100_000))
+    assert scheduler.job(rest.job_id).state is JobState.RUNNING
 
 
 @pytest.mark.server
