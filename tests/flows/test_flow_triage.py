@@ -155,9 +155,14 @@ def test_job_that_never_saved_starts_over(prefect_server, sim) -> None:
     assert "restarted from the beginning" in report(result)
 
 
-def test_a_stale_checkpoint_of_an_earlier_run_is_never_resumed(prefect_server, sim) -> None:
+@pytest.mark.parametrize("stale_run", ["reused-an-earlier-run", None])
+def test_a_stale_checkpoint_of_an_earlier_run_is_never_resumed(
+    prefect_server, sim, stale_run
+) -> None:
     """An earlier training run of the same name left iter_0000800 in the shared checkpoint
-    directory; this run reached step ~65. The restart resumes from this run's own newest."""
+    directory; this run reached step ~65. The restart resumes from this run's own newest.
+    Its manifest names the other run, or (written before manifests named their run) nothing:
+    then only the job's own progress (step ~65, never 800) tells it is not this run's."""
     import json
 
     from flows.triage import TriageRequest, triage
@@ -173,7 +178,7 @@ def test_a_stale_checkpoint_of_an_earlier_run_is_never_resumed(prefect_server, s
                 "step": 800,
                 "batch": 800,
                 "files": {"model.pt": checkpoints.sha256_file(stale / "model.pt")},
-                "run": "reused-an-earlier-run",
+                **({"run": stale_run} if stale_run else {}),
             }
         )
     )
