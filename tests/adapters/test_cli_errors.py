@@ -4,16 +4,20 @@ nodes are refused before any run is created."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from support.ports import free_port
 from support.waits import wait_until
 
-from trainmedic.cli.common import EXIT_INPUT, EXIT_SERVER
+from trainmedic.cli.common import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_SERVER
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +77,11 @@ SERVER_DOWN = [
     ("preflight", "--drain", "node[001-002]"),
     ("correct", "{job}", "--category", "StorageError"),
     ("corrections",),
+    ("save-and-stop", "{job}"),
+    ("cancel", "brave-otter"),
+    ("incidents",),
+    ("report",),
+    ("report", "--since", "24h", "--json"),
 ]
 
 
@@ -96,6 +105,10 @@ BAD_INPUT = [
     (("runs", "--limit", "-1"), "limit"),
     (("runs", "--limit", "5000"), "limit"),
     (("runs", "--since", "yesterday"), "since"),
+    (("runs", "--state", "Exploded"), "state='Exploded'"),
+    (("runs", "--limit", "abc"), "--limit"),  # argparse's refusal: one line too
+    (("runs", "--limit", "abc"), "'abc'"),
+    (("triage",), "job_id"),
     (("locate", "node[1-"), "nodes"),
     (("preflight", "node999"), "node999"),
     (("correct", "{job}", "--category", "Gremlins"), "category"),
@@ -118,3 +131,131 @@ def test_status_with_the_server_down_says_so(down) -> None:  # type: ignore[no-u
     env, _ = down
     proc = cli(env, "status")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
+
+
+def test_a_prefect_state_in_any_case_is_accepted(down) -> None:  # type: ignore[no-untyped-def]
+    """Checked against Prefect's state names before the server is asked (here: down)."""
+    env, _ = down
+    for state in ("completed", "FAILED", "late", "awaitingretry"):
+        proc = cli(env, "runs", "--state", state)
+        assert proc.returncode == EXIT_SERVER, one_line(proc)
+
+
+# `| head -1`: the reader leaves before the command writes. Without PYTHONUNBUFFERED (a shell
+# pipe) stdout is buffered, so the write happens at the last flush.
+CLOSED_PIPE = [
+    ("sim", "status"),
+    ("sim", "status", "--json"),
+    ("runs", "--help"),
+    ("--help",),
+    ("runs",),  # server down: its one line goes to stderr, which is still open
+]
+
+
+@pytest.mark.parametrize("argv", CLOSED_PIPE, ids=" ".join)
+def test_output_closed_early_exits_quietly(down, argv: tuple[str, ...]) -> None:
+    env, _ = down
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    trainmedic = Path(sys.executable).parent / "trainmedic"
+    proc = subprocess.Popen(
+        [str(trainmedic), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.stderr.read().decode()
+    code = proc.wait(timeout=120)
+    assert "Exception ignored" not in stderr and "Traceback" not in stderr, stderr
+    if argv == ("runs",):
+        assert code == EXIT_SERVER, stderr
+        assert len(stderr.strip().splitlines()) == 1
+    else:
+        assert (code, stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """A Prefect API with basic auth on, asked with no or wrong credentials: 401 to everything
+    but the health check (Prefect leaves GET /health open, for probes)."""
+
+    def _refuse(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if (
+            self.health_open
+            and self.command == "GET"
+            and self.path.rstrip("/").endswith("/api/health")
+        ):
+            body = b"true"
+            self.send_response(200)
+        else:
+            body = b'{"exception_message": "Unauthorized"}'
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="prefect"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _refuse
+
+    health_open = True
+
+
+class RefusingAll(Refusing):
+    """A proxy in front of the API that guards the health check too."""
+
+    health_open = False
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def refusing(handler: type[Refusing] = Refusing) -> Iterator[str]:
+    """A server on 127.0.0.1 that refuses our credentials; yields its API URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/api"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+AUTH_REFUSED = [
+    ("breaker",),
+    ("runs",),
+    ("incidents",),
+    ("corrections",),
+    ("status",),
+    ("emit", "loss_spike", "--job", "{job}", "--step", "5"),
+]
+
+
+@pytest.fixture(scope="module")
+def refused(down) -> Iterator[tuple[dict[str, str], str, str]]:  # type: ignore[no-untyped-def]
+    env, job = down
+    with refusing() as url:
+        yield {**env, "PREFECT_API_URL": url, "PREFECT_API_AUTH_STRING": "on-call:wrong"}, job, url
+
+
+def assert_refused(proc: subprocess.CompletedProcess[str], url: str) -> None:
+    line = one_line(proc)
+    assert proc.returncode == EXIT_SERVER, (proc.returncode, line)
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    assert line == (
+        f"trainmedic: the Prefect API at 127.0.0.1:{port} refused our credentials (HTTP 401): "
+        "check TRAINMEDIC_SERVER_AUTH"
+    )
+
+
+@pytest.mark.parametrize("argv", AUTH_REFUSED, ids=" ".join)
+def test_refused_credentials_are_named_in_one_line(refused, argv: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    env, job, url = refused
+    assert_refused(cli(env, *(a.format(job=job) for a in argv)), url)
+
+
+def test_refused_health_check_is_refused_credentials_too(down) -> None:  # type: ignore[no-untyped-def]
+    env, _ = down
+    with refusing(RefusingAll) as url:
+        assert_refused(cli({**env, "PREFECT_API_URL": url}, "breaker"), url)

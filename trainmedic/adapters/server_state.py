@@ -104,7 +104,22 @@ def ensure_limit(name: str, limit: int) -> None:
         with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
             client.upsert_global_concurrency_limit_by_name(name, limit)
     except httpx.HTTPError as exc:
-        raise ServerError(f"concurrency limit {name}: Prefect API unreachable ({exc})") from exc
+        raise ServerError(f"concurrency limit {name}: {_api_problem(exc)}") from exc
+
+
+def _api_problem(exc: httpx.HTTPError) -> str:
+    """What went wrong, in one line: credentials refused is not a server away (the
+    exception's own text names neither, over several lines)."""
+    if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
+        return (
+            f"the Prefect API refused our credentials (HTTP {exc.response.status_code}): "
+            "check TRAINMEDIC_SERVER_AUTH"
+        )
+    if isinstance(exc, httpx.HTTPStatusError):
+        detail = " ".join(exc.response.text.split())[:160]
+        return f"the Prefect API answered HTTP {exc.response.status_code}: {detail}"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"Prefect API unreachable ({type(exc).__name__}: {first[:160]})"
 
 
 def drain_variable_name(cluster: str, node: str) -> str:
@@ -147,7 +162,7 @@ class ServerState:
                     if len(page) < PAGE:
                         return found
         except httpx.HTTPError as exc:
-            raise ServerError(f"reading {tag} records: Prefect API unreachable ({exc})") from exc
+            raise ServerError(f"reading {tag} records: {_api_problem(exc)}") from exc
 
     def _put(self, name: str, value: dict[str, Any], tag: str) -> None:
         try:
@@ -156,6 +171,8 @@ class ServerState:
                     "POST", "/variables/", json={"name": name, "value": value, "tags": [tag]}
                 )
         except httpx.HTTPStatusError as exc:
+            if exc.response.status_code in (401, 403):
+                raise ServerError(f"recording {name}: {_api_problem(exc)}") from exc
             if exc.response.status_code != 409:
                 raise ServerError(f"recording {name}: {exc.response.text[:200]}") from exc
             with self._client() as client:
@@ -166,7 +183,7 @@ class ServerState:
                     json={"value": value, "tags": [tag]},
                 )
         except httpx.HTTPError as exc:
-            raise ServerError(f"recording {name}: Prefect API unreachable ({exc})") from exc
+            raise ServerError(f"recording {name}: {_api_problem(exc)}") from exc
 
     def _delete(self, name: str) -> None:
         try:
@@ -175,7 +192,7 @@ class ServerState:
         except ObjectNotFound:  # already gone, which is what was wanted
             return
         except httpx.HTTPError as exc:
-            raise ServerError(f"deleting {name}: Prefect API unreachable ({exc})") from exc
+            raise ServerError(f"deleting {name}: {_api_problem(exc)}") from exc
 
     # ------------------------------------------------------------------ actions
 
@@ -211,7 +228,7 @@ class ServerState:
             with self._client() as client:
                 variable = client.read_variable_by_name(drain_variable_name(self.cluster, node))
         except httpx.HTTPError as exc:
-            raise ServerError(f"reading the drain record of {node}: {exc}") from exc
+            raise ServerError(f"reading the drain record of {node}: {_api_problem(exc)}") from exc
         if variable is None:
             return None
         try:

@@ -11,9 +11,10 @@ from typing import Protocol
 from pydantic import ValidationError
 
 # Exit codes (README "On call: the CLI"): 0 done; 1 the runbook ran but did not complete;
-# 2 bad input, an unknown job or node, or a refusal (named in the one line printed); 3 the
-# Prefect API is unreachable or refused us; 4 the runbook completed but refused, or left the
-# decision to a human; 130 interrupted; 141 the output was closed early.
+# 2 bad input, an unknown job or node, or a refusal before any run is created (named in the
+# one line printed); 3 the Prefect API is unreachable or refused our credentials; 4 the
+# runbook completed but refused, or left the decision to a human; 130 interrupted; 141 the
+# output was closed early (nothing printed: the reader chose to stop reading).
 EXIT_RUN_FAILED = 1
 EXIT_INPUT = 2
 EXIT_SERVER = 3
@@ -51,6 +52,8 @@ def with_prefect() -> None:
     """Point the Prefect client at this installation's API (unless the environment does) and
     make sure it answers: a stopped server is one line in a few seconds, not a traceback
     after the client's retries."""
+    import httpx
+
     from trainmedic.core.errors import ServerError
     from trainmedic.core.settings import get_settings
     from trainmedic.stack import apply_prefect_env
@@ -61,6 +64,8 @@ def with_prefect() -> None:
     url = os.environ.get("PREFECT_API_URL", "")
     with get_client(sync_client=True, httpx_settings={"timeout": 5}) as client:
         problem = client.api_healthcheck()
+    if isinstance(problem, httpx.HTTPStatusError) and problem.response.status_code in (401, 403):
+        raise problem  # a proxy guarding even the health check: main() names the refusal
     if problem is not None:
         raise ServerError(
             f"the Prefect API at {url or '?'} does not answer ({type(problem).__name__}: "
