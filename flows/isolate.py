@@ -162,6 +162,14 @@ def start_isolation(
                 )
             )
 
+    def stop_all(nodes: list[str]) -> None:
+        # Only once the drains are recorded, and only the failed job's own work there. Under
+        # the same hold of the lock as the drains: one acquisition, not one per action (each
+        # costs seconds when a busy SQLite server answers 503 and the client backs off).
+        for node in nodes if job_id else []:
+            reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
+            actions.append(stop_job_on_node(job_id, node, reason, dry_run))
+
     with store.lock():
         decision = _decide(candidates, store.actions())
         logger.info("isolation of %s: %s %s", candidates, decision.mode, list(decision.reasons))
@@ -169,6 +177,7 @@ def start_isolation(
         if not asks_human:
             approved, ignored, decided_by = _approve(decision, approval_timeout_s, dry_run)
             drain_all(approved)
+            stop_all(approved)
     if asks_human:
         # Never holding the lock while a human thinks: the answer takes it again to drain.
         actions.append(_ask_for_approval(decision, approval_timeout_s, job_id, evidence))
@@ -176,14 +185,10 @@ def start_isolation(
         actions.append(ActionRecord(what="approval", target="on-call", outcome=decided_by))
         with store.lock():
             drain_all(approved)
+            stop_all(approved)
 
     playbook = None
     if approved:
-        if job_id:
-            # Only once the drains are recorded, and only the failed job's own work there.
-            for node in approved:
-                reason = drain_reason(runbook, run_name, verdicts[node], evidence, job_id)
-                actions.append(stop_job_on_node(job_id, node, reason, dry_run))
         playbook = isolate_nodes.submit(approved, f"{runbook} {run_name}", dry_run)
     outcome = IsolationOutcome(
         mode=decision.mode,
