@@ -110,3 +110,15 @@ def test_kernel_lines_are_collected_with_their_iso_times(sim) -> None:
         times[host] = datetime.fromisoformat(match[1] + match[2]).timestamp()
     assert abs(times["node001"] - last_week) < 2
     assert abs(times["node002"] - time.time()) < 60
+
+
+def test_a_run_over_hundreds_of_hosts_names_them_all() -> None:
+    """A 256-node locate runs 128 pair tests in one playbook run: the target pattern of 128
+    inventory hostnames is longer than any free text allowed in a variable, and must pass."""
+    from trainmedic.adapters.ansible import playbook_vars
+
+    hosts = [f"node{i:03d}" for i in range(1, 257)]
+    variables = playbook_vars({"trainmedic_pair_groups": ["node001,node002"]}, hosts)
+    assert variables["trainmedic_target"] == ":".join(hosts)
+    with pytest.raises(InputError):
+        playbook_vars({"trainmedic_reason": "x" * 600}, hosts)  # free text still limited
