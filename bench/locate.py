@@ -17,6 +17,15 @@ run concurrently, and measures the wall time (median of ``--repeat`` runs). It c
 Both baselines are computed from test counts, not slept. Exit status 1 when a row misses
 the goal: exactly the bad nodes, in 2 rounds whenever 4 * bad + 2 <= N (at most 3 below
 N/3).
+
+    .venv/bin/python bench/locate.py --real-flow [--sizes 64,256,1024] [--test-seconds 5]
+
+runs the real runbook instead: the `locate-faulty-nodes` flow on a Prefect server, its
+nodes held, every pair test a real ansible-runner run of playbooks/nccl_pair_test.yml on a
+simulated cluster of N nodes (1 % bad, at least 2: half with a dead link, half slow), each
+simulated test taking ``--test-seconds``. Per size: wall time from the flow's start to its
+result, over one test time, against the goal of 2 x test time + 20 s. The simulated nodes'
+tools run on this machine's CPUs, which real nodes would not use.
 """
 
 from __future__ import annotations
@@ -158,29 +167,104 @@ def table(rows: Sequence[Row], t: float) -> str:
     return "\n".join(lines)
 
 
+def real_flow(sizes: Sequence[int], test_seconds: float, concurrency: int | None, seed: int) -> int:
+    """The locate runbook itself, per size; figures printed; 1 when a size found wrong nodes."""
+    import tempfile
+    from pathlib import Path
+
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests")]
+    from support.stack import embedded_stack
+
+    from flows.locate import LocateRequest, locate_faulty_nodes
+    from trainmedic.core import validate
+    from trainmedic.sim.cluster import SimCluster
+
+    print(
+        "| nodes | bad | exact | rounds | tests | wall s | wall / test | goal (2 x test + 20 s) |"
+    )
+    print("|---:|---:|---|---:|---:|---:|---:|---|")
+    wrong = 0
+    for size in sizes:
+        env = {
+            "TRAINMEDIC_SIM_TEST_SECONDS": str(test_seconds),
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+        }
+        root = Path(tempfile.mkdtemp(prefix=f"trainmedic-locate-{size}-"))
+        with embedded_stack(root, worker=False, nodes=size, gpus_per_node=1, env=env) as (
+            settings,
+            _,
+        ):
+            cluster = SimCluster(settings.sim_home)
+            names = cluster.names()
+            bad = random.Random(seed).sample(names, max(2, size // 100))
+            faulty, slow = sorted(bad[: len(bad) // 2]), sorted(bad[len(bad) // 2 :])
+            for node in faulty:
+                cluster.inject(node, "link")
+            for node in slow:
+                cluster.inject(node, "slow")
+            # The runbook's own batching (tests at once, tests per ansible-runner run) unless
+            # --concurrency says otherwise.
+            sizing = {"concurrency": concurrency} if concurrency else {}
+            request = LocateRequest(
+                nodes=validate.compress_nodelist(names),
+                seed=seed,
+                test_timeout_s=max(5, int(4 * test_seconds) + 5),
+                **sizing,
+            )
+            started = time.perf_counter()
+            result = locate_faulty_nodes(request)
+            wall = time.perf_counter() - started
+        exact = result.faulty == faulty and result.slow == slow and not result.undetermined
+        wrong += not exact
+        goal = 2 * test_seconds + 20
+        print(
+            f"| {size} | {len(bad)} | {'yes' if exact else 'NO'} | {result.rounds} | "
+            f"{result.tests_run} | {wall:.1f} | {wall / test_seconds:.1f} | "
+            f"{'met' if wall <= goal else 'missed'} ({goal:.0f} s) |",
+            flush=True,
+        )
+    return 1 if wrong else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--test-seconds", type=float, default=DEFAULT_TEST_SECONDS)
-    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument(
+        "--test-seconds", type=float, help=f"default {DEFAULT_TEST_SECONDS}; 5 with --real-flow"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help=f"default {DEFAULT_CONCURRENCY}; with --real-flow the runbook's own (64)",
+    )
+    parser.add_argument("--sizes", help="default 16,64,256,1024; 64,256,1024 with --real-flow")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--no-stress", action="store_true", help="skip the 256-node rows near N/4 and N/3"
     )
+    parser.add_argument(
+        "--real-flow", action="store_true", help="the real runbook, playbook and Prefect server"
+    )
     args = parser.parse_args(argv)
+    if args.real_flow:
+        return real_flow(
+            [int(x) for x in (args.sizes or "64,256,1024").split(",")],
+            args.test_seconds or 5.0,
+            args.concurrency,
+            args.seed,
+        )
     repeat = max(1, args.repeat)
-    t = args.test_seconds
-    sizes = [int(x) for x in args.sizes.split(",")]
+    t = args.test_seconds or DEFAULT_TEST_SECONDS
+    concurrency = args.concurrency or DEFAULT_CONCURRENCY
+    sizes = [int(x) for x in (args.sizes or ",".join(map(str, SIZES))).split(",")]
     started = time.perf_counter()
     rows = [
-        run_one(s, t, args.concurrency, args.seed, repeat)
-        for s in scenarios(sizes, not args.no_stress)
+        run_one(s, t, concurrency, args.seed, repeat) for s in scenarios(sizes, not args.no_stress)
     ]
     print(table(rows, t))
     print()
     print(
-        f"test time {t} s, concurrency {args.concurrency}, wall = median of {repeat} runs. "
+        f"test time {t} s, concurrency {concurrency}, wall = median of {repeat} runs. "
         "batches = run_round calls (rounds + retry batches). overhead = (wall - k x test) / "
         "wall, k = rounds or batches. algorithm ms = wall outside run_round (planning, "
         "judging, bookkeeping); the rest of the overhead is the thread pool. Sequential "
