@@ -66,6 +66,15 @@ class JobSpec(Strict):
     # resubmission: a checkpoint whose manifest names another run is never resumed from.
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     owner: str = Field(default="unknown", pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
+    # Where it runs and who pays (sbatch --partition/--account; the scheduler's defaults when
+    # None) and its free-text comment, kept by every resubmission so it stays in the scope a
+    # site manages (TRAINMEDIC_MANAGED_PARTITIONS/_ACCOUNTS/_COMMENT_TAG). No "=" in the
+    # comment, single spaces only: scontrol prints it among its Key=value words.
+    partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    account: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    comment: str = Field(
+        default="", max_length=200, pattern=r"^([A-Za-z0-9_.,:/@#+-]+( [A-Za-z0-9_.,:/@#+-]+)*)?$"
+    )
 
 
 class JobInfo(Strict):
@@ -87,6 +96,11 @@ class JobInfo(Strict):
     resubmission_of: str | None = None
     # Submitted through trainmedic (its spec known): only such jobs are remediated.
     managed: bool = True
+    # As the scheduler reports them ("" where it does not say, e.g. Slurm's Account=(null)):
+    # which jobs a site lets trainmedic touch is decided on these, not on the spec's wishes.
+    partition: str = ""
+    account: str = ""
+    comment: str = ""
 
     @property
     def window_start(self) -> datetime:

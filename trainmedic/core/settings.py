@@ -8,14 +8,34 @@ the README (scheduler=slurm, a real inventory, PREFECT_API_URL, a PostgreSQL dat
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, HttpUrl, SecretStr
+from pydantic import AfterValidator, AliasChoices, Field, HttpUrl, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.,:/@#+-]{1,64}$")
+
+
+def _name_list(value: str) -> str:
+    """A comma-separated list of scheduler names (partitions, accounts); blanks around the
+    commas are ignored. A value no name Slurm reports can equal (a ";" for a ",", quotes)
+    would put every job out of scope without a word: it is refused at start instead."""
+    bad = [n.strip() for n in value.split(",") if n.strip() and not _NAME_RE.match(n.strip())]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a name (1-64 letters, digits, _.-; comma-separated)")
+    return value
+
+
+def _comment_tag(value: str) -> str:
+    # One word of what a job's comment may hold (trainmedic.core.models.JobSpec.comment).
+    if value and not _TAG_RE.match(value):
+        raise ValueError("want one word of 1-64 letters, digits and _.,:/@#+- (or empty)")
+    return value
 
 
 class Settings(BaseSettings):
@@ -118,6 +138,17 @@ class Settings(BaseSettings):
     event_max_age_s: int = Field(default=3600, ge=60, le=7 * 86_400)
     managed_owners: str = Field(
         default="", description="comma-separated job owners trainmedic manages; empty: all"
+    )
+    # The scheduler's own scope of a job (Slurm's partition, account, comment): a site lets
+    # trainmedic touch one team's partitions or accounts, or only jobs tagged in their comment.
+    managed_partitions: Annotated[str, AfterValidator(_name_list)] = Field(
+        default="", description="comma-separated partitions trainmedic manages; empty: all"
+    )
+    managed_accounts: Annotated[str, AfterValidator(_name_list)] = Field(
+        default="", description="comma-separated accounts trainmedic manages; empty: all"
+    )
+    managed_comment_tag: Annotated[str, AfterValidator(_comment_tag)] = Field(
+        default="", description="text the job's comment must contain; empty: no requirement"
     )
     # The intake (`trainmedic watch`, a service `trainmedic up` starts): seconds between polls.
     intake_interval_s: float = Field(default=5.0, gt=0, le=3600)

@@ -25,6 +25,15 @@ class EventScope(Strict):
     owners: frozenset[str] = Field(
         default=frozenset(), description="job owners managed (empty: every owner)"
     )
+    partitions: frozenset[str] = Field(
+        default=frozenset(), description="scheduler partitions managed (empty: every one)"
+    )
+    accounts: frozenset[str] = Field(
+        default=frozenset(), description="scheduler accounts managed (empty: every one)"
+    )
+    comment_tag: str = Field(
+        default="", description="text a managed job's comment contains (empty: any comment)"
+    )
 
 
 class Admission(Strict):
@@ -43,7 +52,9 @@ def admit(
     scope: EventScope,
 ) -> Admission:
     """``resubmissions``: the jobs the scheduler knows as resubmissions of ``job``. A human's
-    request (``event == "manual"``) is never stale, but still only for managed jobs."""
+    request (``event == "manual"``) is never stale, but still only for managed jobs: submitted
+    through trainmedic, and within the scope's owners, partitions, accounts and comment tag.
+    Scope comes first: a job not ours is reported as such, whatever else is true of it."""
     if not job.managed:
         return Admission(
             admitted=False,
@@ -55,6 +66,31 @@ def admit(
             admitted=False,
             kind="foreign",
             why=f"job {job.job_id} belongs to {job.spec.owner}, not one of the managed owners",
+        )
+    # What the scheduler reports, never the spec's wishes: a job is where Slurm put it.
+    # Unknown ("") is out of scope when a scope is set: automation acts only where the scope
+    # is proven.
+    if scope.partitions and job.partition not in scope.partitions:
+        return Admission(
+            admitted=False,
+            kind="foreign",
+            why=f"job {job.job_id} is in partition {job.partition or '(unknown)'}, not one "
+            f"of the managed partitions ({', '.join(sorted(scope.partitions))})",
+        )
+    if scope.accounts and job.account not in scope.accounts:
+        return Admission(
+            admitted=False,
+            kind="foreign",
+            why=f"job {job.job_id} is charged to account {job.account or '(none)'}, not one "
+            f"of the managed accounts ({', '.join(sorted(scope.accounts))})",
+        )
+    if scope.comment_tag and scope.comment_tag not in job.comment:
+        return Admission(
+            admitted=False,
+            kind="foreign",
+            # Someone else's comment is free text: a bounded excerpt in the record.
+            why=f"job {job.job_id}'s comment {job.comment[:120]!r} lacks the managed tag "
+            f"{scope.comment_tag!r}",
         )
     if resubmissions:
         first = sorted(resubmissions, key=lambda j: int(j.job_id.split("_")[0]))[0]
@@ -78,5 +114,15 @@ def admit(
 
 
 def event_scope(settings: Settings) -> EventScope:
-    owners = frozenset(o.strip() for o in settings.managed_owners.split(",") if o.strip())
-    return EventScope(max_age_s=settings.event_max_age_s, owners=owners)
+    return EventScope(
+        max_age_s=settings.event_max_age_s,
+        owners=_names(settings.managed_owners),
+        partitions=_names(settings.managed_partitions),
+        accounts=_names(settings.managed_accounts),
+        comment_tag=settings.managed_comment_tag,
+    )
+
+
+def _names(value: str) -> frozenset[str]:
+    """A comma-separated setting; blanks around the commas and empty items are ignored."""
+    return frozenset(n.strip() for n in value.split(",") if n.strip())
