@@ -155,6 +155,40 @@ def test_successful_job_completes_with_log(tmp_path: Path) -> None:
     assert from_log.comment.startswith("trainmedic:")
 
 
+def test_partition_account_and_comment_are_read_back_from_slurm(tmp_path: Path) -> None:
+    """What admission scopes on (TRAINMEDIC_MANAGED_PARTITIONS/_ACCOUNTS/_COMMENT_TAG), as
+    slurmctld and then accounting report it. The testbed has one partition, debug, and the
+    accounts sacctmgr creates with the cluster: root, with root's association, when the tests
+    run as root; otherwise the account is only what Slurm defaults to, and not asserted."""
+    account = "root" if _sh("id", "-un").strip() == "root" else None
+    scheduler = make(tmp_path, "true")
+    spec = JobSpec(name="scoped", nodes=1, partition="debug", account=account, comment="tm-x")
+    submitted = scheduler.submit(spec)
+    info = wait_for(scheduler, submitted.job_id)
+    assert info.state is JobState.COMPLETED and info.managed
+    run = Path(info.log_dir).parent.resolve().name
+    for seen in (submitted, info):
+        assert seen.partition == "debug"
+        assert seen.comment == f"trainmedic:{run} tm-x"  # the run first, the spec's after
+        if account:
+            assert seen.account == account
+
+    # Accounting lags the controller: for a moment its record of a finished job can still
+    # lack the partition (seen on 22.05), as the earlier test waits for its node list.
+    def recorded():  # type: ignore[no-untyped-def]
+        found = [j for j in scheduler._sacct(["-j", info.job_id]) if j.job_id == info.job_id]
+        return found[0] if found and found[0].state.finished and found[0].partition else None
+
+    from_log = wait_until(recorded, 30, f"job {info.job_id} finished in accounting")
+    assert (from_log.partition, from_log.comment) == ("debug", info.comment)
+    if account:
+        assert from_log.account == account
+    # Resubmissions stay in the scope: the spec's partition, account and comment go along.
+    again = wait_for(scheduler, scheduler.resubmit(info.job_id).job_id)
+    assert (again.partition, again.account) == ("debug", info.account)
+    assert again.comment.endswith(" tm-x") and again.managed
+
+
 def test_the_cluster_runs_accounting_without_a_job_completion_log() -> None:
     """The tier's cluster is configured as most sites are: slurmdbd, JobCompType=jobcomp/none."""
     jobcomp = subprocess.run(

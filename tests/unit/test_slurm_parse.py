@@ -58,6 +58,24 @@ JOB_FAILED = (
     "Command=(null) WorkDir=/work/main StdErr=/work/main/slurm-1.out StdIn=/dev/null "
     "StdOut=/work/main/slurm-1.out Power="
 )
+# Captured from `scontrol show job -o` on the scripts/slurm.sh cluster: under an account, the
+# spec's comment after the run tag (sbatch --account=root --comment="trainmedic:x-1 tm-x
+# nightly").
+JOB_TAGGED = (
+    "JobId=4 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901756 "
+    "Nice=0 Account=root QOS=normal JobState=PENDING Reason=None Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED "
+    "TimeMin=N/A SubmitTime=2026-12-04T06:58:46 EligibleTime=2026-12-04T06:58:46 "
+    "AccrueTime=Unknown StartTime=Unknown EndTime=Unknown Deadline=N/A SuspendTime=None "
+    "SecsPreSuspend=0 LastSchedEval=2026-12-04T06:58:46 Scheduler=Main Partition=debug "
+    "AllocNode:Sid=localhost:2024 ReqNodeList=(null) ExcNodeList=(null) NodeList= NumNodes=1 "
+    "NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,mem=1000M,node=1,billing=1 "
+    "Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 "
+    "MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 "
+    "Licenses=(null) Network=(null) Command=(null) WorkDir=/tmp "
+    "Comment=trainmedic:x-1 tm-x nightly  StdErr=/dev/null StdIn=/dev/null StdOut=/dev/null "
+    "Power= "
+)
 JOB_PENDING = (
     "JobId=7 JobName=train UserId=alice(1000) JobState=PENDING Reason=Resources "
     "ExitCode=0:0 SubmitTime=2026-12-02T14:30:00 EndTime=Unknown NodeList=(null) NumNodes=4"
@@ -84,6 +102,8 @@ SQ_FAILED = {  # trimmed from a real `squeue --json` (v0.0.38) record
     "submit_time": 1796221704,
     "start_time": 1796221704,
     "user_name": "root",
+    "partition": "debug",
+    "account": "",  # none: a cluster without accounting
 }
 SQ_PENDING = {
     "array_job_id": 40,
@@ -100,6 +120,8 @@ SQ_PENDING = {
     "submit_time": 1796221800,
     "start_time": 1827757704,  # a pending job's projection
     "user_name": "bob",
+    "partition": "gpu,a100",  # pending in either
+    "account": "llm",
 }
 
 
@@ -229,6 +251,14 @@ def test_parse_scontrol_job_finished() -> None:
     assert job.node_count == 2
     assert job.ended_at is not None and job.ended_at.tzinfo is not None
     assert job.started_at is not None and job.started_at <= job.ended_at
+    assert (job.partition, job.account) == ("debug", "")  # Account=(null)
+
+
+def test_parse_scontrol_job_partition_account_and_a_comment_of_several_words() -> None:
+    job = parse_scontrol_job(JOB_TAGGED)
+    assert (job.partition, job.account) == ("debug", "root")
+    assert job.comment == "trainmedic:x-1 tm-x nightly"
+    assert (job.state, job.nodes, job.user) == (JobState.PENDING, (), "root")
 
 
 def test_parse_scontrol_job_pending_has_no_outcome_yet() -> None:
@@ -255,6 +285,8 @@ def test_parse_squeue_json() -> None:
     assert (pending.nodes, pending.exit_code, pending.ended_at) == ((), None, None)
     assert failed.started_at == failed.submitted_at and pending.started_at is None
     assert pending.comment == "trainmedic:x"
+    assert (failed.partition, failed.account) == ("debug", "")
+    assert (pending.partition, pending.account) == ("gpu,a100", "llm")
 
 
 def test_parse_squeue_json_garbage() -> None:
@@ -266,11 +298,13 @@ def test_parse_sacct() -> None:
     d = "\x1f"
     text = (
         d.join(["1", "FAILED", "3:0", "node[001-002]", "2026-12-02T14:28:24",
-                "2026-12-02T14:28:24", "2026-12-02T14:28:25", "root(0)", "name|with|bars"])
+                "2026-12-02T14:28:24", "2026-12-02T14:28:25", "root(0)", "debug", "",
+                "name|with|bars"])
         + "\n"
         + d.join(["2", "CANCELLED by 0", "0:15", "node003", "2026-12-02T14:28:24",
-                  "Unknown", "2026-12-02T14:29:00", "root(0)", "sleep"]) + "\n"
-        + d.join(["2.batch", "CANCELLED", "0:15", "node003", "", "", "", "", "batch"]) + "\n"
+                  "Unknown", "2026-12-02T14:29:00", "root(0)", "a100", "llm", "sleep"]) + "\n"
+        + d.join(["2.batch", "CANCELLED", "0:15", "node003", "", "", "", "", "a100", "llm",
+                  "batch"]) + "\n"
     )  # fmt: skip
     first, second = parse_sacct(text, d, JOBCOMP_FIELDS)
     assert first.source == "jobcomp" and first.comment == ""
@@ -283,6 +317,19 @@ def test_parse_sacct() -> None:
     assert first.nodes == ("node001", "node002")
     assert (second.state, second.exit_code, second.user) == (JobState.CANCELLED, 143, "root")
     assert first.started_at is not None and second.started_at is None  # never ran
+    assert (first.partition, first.account) == ("debug", "")
+    assert (second.partition, second.account) == ("a100", "llm")
+
+
+def test_parse_sacct_accounting_has_partition_account_and_comment() -> None:
+    d = "\x1f"
+    text = d.join(["12", "NODE_FAIL", "0:0", "node[001-002]", "2026-12-03T09:00:00",
+                   "2026-12-03T09:00:01", "2026-12-03T09:40:00", "alice(1000)", "a100", "llm",
+                   "trainmedic:gpt-20261203T090000-ab12cd34 tm-managed", "gpt"]) + "\n"  # fmt: skip
+    (job,) = parse_sacct(text, d)
+    assert job.source == "accounting" and job.state is JobState.NODE_FAIL
+    assert (job.partition, job.account) == ("a100", "llm")
+    assert job.comment == "trainmedic:gpt-20261203T090000-ab12cd34 tm-managed"
 
 
 # ----------------------------------------------------------------------------- validation
@@ -390,10 +437,13 @@ class FakeSlurm:
                 job_id = str(42 + len(self.jobs))
                 comment = args[args.index("--comment") + 1]
                 name = args[args.index("--job-name") + 1]
+                # What slurmctld would fill in: its default partition, Account=(null).
+                part = args[args.index("--partition") + 1] if "--partition" in args else "debug"
+                account = args[args.index("--account") + 1] if "--account" in args else "(null)"
                 self.jobs[job_id] = (
-                    f"JobId={job_id} JobName={name} UserId=root(0) JobState=PENDING "
-                    f"Reason=None ExitCode=0:0 SubmitTime=2026-12-02T14:30:00 NodeList=(null) "
-                    f"NumNodes=1 Comment={comment}"
+                    f"JobId={job_id} JobName={name} UserId=root(0) Account={account} "
+                    f"JobState=PENDING Reason=None ExitCode=0:0 SubmitTime=2026-12-02T14:30:00 "
+                    f"Partition={part} NodeList=(null) NumNodes=1 Comment={comment}"
                 )
                 return done(out=f"{job_id}\n")
             case ["scontrol", "show", "job", "-o", job_id]:
@@ -483,6 +533,43 @@ def test_resubmit_keeps_checkpoint_dir_and_records_origin(tmp_path: Path, fake: 
     assert second.spec.run_id == first.spec.run_id  # one training run
 
 
+def test_spec_partition_account_and_comment_reach_sbatch_and_come_back(
+    tmp_path: Path, fake: FakeSlurm
+) -> None:
+    scheduler = SlurmScheduler(tmp_path, partition="gpu", command=["true"])
+    plain = scheduler.submit(JobSpec(name="plain", nodes=1))
+    sbatch = fake.calls[0]
+    assert sbatch[sbatch.index("--partition") + 1] == "gpu" and "--account" not in sbatch
+    run = Path(sbatch[-1]).parent.name
+    assert sbatch[sbatch.index("--comment") + 1] == f"trainmedic:{run}"  # none invented
+    assert (plain.partition, plain.account, plain.comment) == ("gpu", "", f"trainmedic:{run}")
+
+    spec = JobSpec(name="tagged", nodes=1, partition="a100", account="llm", comment="tm-managed x")
+    tagged = scheduler.submit(spec)
+    sbatch = fake.calls[-2]  # then scontrol show job
+    run = Path(sbatch[-1]).parent.name
+    assert sbatch[sbatch.index("--partition") + 1] == "a100"  # the spec's, before the default
+    assert sbatch[sbatch.index("--account") + 1] == "llm"
+    assert sbatch[sbatch.index("--comment") + 1] == f"trainmedic:{run} tm-managed x"
+    assert tagged.managed and tagged.spec.name == "tagged"  # the run is the comment's 1st word
+    assert (tagged.partition, tagged.account) == ("a100", "llm")
+    assert tagged.comment == f"trainmedic:{run} tm-managed x"
+    again = scheduler.resubmit(tagged.job_id, exclude=("node003",))
+    assert (again.partition, again.account, again.managed) == ("a100", "llm", True)
+    assert again.comment.endswith(" tm-managed x") and again.resubmission_of == tagged.job_id
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"partition": "gpu;rm"}, {"account": "a b"}, {"comment": "x=y"}, {"comment": "a  b"}],
+)
+def test_spec_scope_fields_are_validated(fields: dict[str, str]) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        JobSpec(name="x", nodes=1, **fields)  # type: ignore[arg-type]
+
+
 def test_job_found_by_comment_when_link_is_missing(tmp_path: Path, fake: FakeSlurm) -> None:
     scheduler = SlurmScheduler(tmp_path, command=["true"])
     info = scheduler.submit(JobSpec(name="run", nodes=1))
@@ -491,7 +578,7 @@ def test_job_found_by_comment_when_link_is_missing(tmp_path: Path, fake: FakeSlu
 
 
 ALICE_JOB = ["7", "COMPLETED", "0:0", "node002", "2026-12-02T14:28:24", "2026-12-02T14:28:30",
-             "2026-12-02T14:29:24", "alice(1000)"]  # fmt: skip
+             "2026-12-02T14:29:24", "alice(1000)", "cpu", "vision"]  # fmt: skip
 
 
 def test_purged_jobs_come_from_accounting(tmp_path: Path, fake: FakeSlurm) -> None:
@@ -502,6 +589,8 @@ def test_purged_jobs_come_from_accounting(tmp_path: Path, fake: FakeSlurm) -> No
     assert info.window_start - info.submitted_at == timedelta(seconds=6)  # queued 6 s
     assert info.spec.name == "someone_else_s_job"
     assert info.spec.owner == "alice"
+    assert (info.partition, info.account, info.comment) == ("cpu", "vision", "")
+    assert not info.managed
     assert fake.calls[-1][:2] == ["sacct", "-X"]  # accounting, not the disabled jobcomp log
     with pytest.raises(JobNotFound):
         scheduler.job("8")
@@ -513,6 +602,7 @@ def test_jobcomp_log_only_where_accounting_is_off(tmp_path: Path, fake: FakeSlur
     scheduler = SlurmScheduler(tmp_path)
     assert scheduler.job("7").spec.owner == "alice"
     assert scheduler.job("7").state is JobState.COMPLETED
+    assert (scheduler.job("7").partition, scheduler.job("7").account) == ("cpu", "vision")
     # Accounting said "disabled" once: not asked again.
     assert sum(1 for c in fake.calls if c[:2] == ["sacct", "-X"]) == 1
 

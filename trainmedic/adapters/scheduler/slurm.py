@@ -21,10 +21,10 @@ and meta there, already written. The ``jobs/<id>`` link is created twice, by the
 soon as sbatch prints the id and by the script when it starts, each time by an atomic rename,
 both pointing at the same target; whichever runs first wins nothing. Job ids are recycled (a
 reinstalled controller starts at 1 again), so a link is never trusted on its own: the job's
-``--comment trainmedic:<run>`` names its run, and a job whose comment names another run (or
-none: another user's job) is not the one the link points at. Only a job-completion record,
-which has no comment, falls back to the link, and only when that run was submitted right
-before Slurm's submit time.
+``--comment trainmedic:<run>`` (its first word; the spec's own comment follows) names its run,
+and a job whose comment names another run (or none: another user's job) is not the one the
+link points at. Only a job-completion record, which has no comment, falls back to the link,
+and only when that run was submitted right before Slurm's submit time.
 
 The training command: by default the simulated trainer ``python -m trainmedic.sim.job``
 with this interpreter; pass ``command=["srun", "python", "train.py"]`` (or set
@@ -279,12 +279,19 @@ cd "$run_dir"
         except OSError as exc:
             raise SchedulerError(f"cannot prepare job directory {run_dir}: {exc}") from exc
 
+        # The comment names the run first (how a job is known as ours, see _run_dir); the
+        # spec's own comment follows, so a site's tag in it is there for admission to see.
+        comment = f"{COMMENT_PREFIX}{run}" + (f" {spec.comment}" if spec.comment else "")
         args = ["sbatch", "--parsable", "--job-name", spec.name, "--nodes", str(spec.nodes),
                 "--output", str(run_dir / "logs" / "slurm-%j.out"), "--chdir", str(run_dir),
-                "--comment", f"{COMMENT_PREFIX}{run}",
+                "--comment", comment,
                 "--export", ",".join(self.export) if self.export else "NONE"]  # fmt: skip
-        if self.partition:
-            args += ["--partition", self.partition]
+        # The spec's partition (kept by resubmissions) before the installation's default.
+        partition = spec.partition or self.partition
+        if partition:
+            args += ["--partition", partition]
+        if spec.account:
+            args += ["--account", spec.account]
         if spec.exclude:
             args += ["--exclude", ",".join(spec.exclude)]
         if self.gpus:
@@ -301,10 +308,11 @@ cd "$run_dir"
         try:
             return self.job(job_id)
         except JobNotFound:  # purged already: only if MinJobAge is tiny; report what we know
-            return self._info(
-                SlurmJob(job_id, spec.name, JobState.PENDING, (), None, "", submitted_at, None),
-                run_dir,
-            )
+            job = SlurmJob(
+                job_id, spec.name, JobState.PENDING, (), None, "", submitted_at, None,
+                comment=comment, partition=partition or "", account=spec.account or "",
+            )  # fmt: skip
+            return self._info(job, run_dir)
 
     def _link(self, job_id: str, run: str) -> None:
         link = self._job_link(job_id)
@@ -321,7 +329,8 @@ cd "$run_dir"
         """The run directory of ``job``, if trainmedic submitted it (see the module docstring:
         the comment decides, a leftover ``jobs/<id>`` link of a recycled id never does)."""
         if job.comment.startswith(COMMENT_PREFIX):
-            run = job.comment.removeprefix(COMMENT_PREFIX)
+            # The run is the comment's first word; the spec's own comment may follow.
+            run = job.comment.removeprefix(COMMENT_PREFIX).split(" ", 1)[0]
             run_dir = self.root / "runs" / run
             if RUN_RE.match(run) and (run_dir / "spec.json").is_file():
                 return run_dir
@@ -388,6 +397,9 @@ cd "$run_dir"
             ended_at=job.ended_at,
             resubmission_of=meta.get("resubmission_of"),
             managed=run_dir is not None,
+            partition=job.partition,
+            account=job.account,
+            comment=job.comment,
         )
 
     def _slurm_job(self, job_id: str) -> SlurmJob:

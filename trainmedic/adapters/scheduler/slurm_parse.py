@@ -39,14 +39,16 @@ PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY_RE = re.compile(r"^[A-Z][A-Za-z0-9_:/]*=")
 _REASON_STAMP_RE = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 _NO_NODES = {"", "(null)", "None", "None assigned", "(None)"}
-# The job name is last in both: a delimiter inside it is then harmless.
+# The job name is last in both: a delimiter inside it is then harmless. Partition and account
+# decide whether a job is in the scope a site manages (trainmedic.decisions.admission).
 ACCOUNTING_FIELDS = (
-    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "comment",
-    "jobname",
+    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "partition",
+    "account", "comment", "jobname",
 )  # fmt: skip
-# The job-completion log (``sacct -c``) has no comment field.
+# The job-completion log (``sacct -c``) has no comment field (it does keep partition and account).
 JOBCOMP_FIELDS = (
-    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "jobname",
+    "jobid", "state", "exitcode", "nodelist", "submit", "start", "end", "user", "partition",
+    "account", "jobname",
 )  # fmt: skip
 
 # Slurm job states (squeue/scontrol/sacct spelling) -> ours. COMPLETING stays "not finished"
@@ -236,6 +238,8 @@ class SlurmJob:
     node_count: int = 1
     # Who said it: the controller (scontrol, squeue), accounting, or the job-completion log.
     source: str = "controller"
+    partition: str = ""  # where it runs (a pending job may list several: "a,b")
+    account: str = ""  # "" where Slurm has none: no accounting, or Account=(null)
 
 
 def node_list(expr: str | None) -> tuple[str, ...]:
@@ -261,6 +265,11 @@ def _slurm_time(raw: Any) -> datetime | None:
 
 def _slurm_reason(raw: str | None) -> str:
     return "" if raw in (None, "None", "(null)") else str(raw)
+
+
+def _slurm_name(raw: Any) -> str:
+    # Slurm's spellings of "not set" for a partition or account.
+    return "" if raw in (None, "", "(null)", "N/A") else str(raw)
 
 
 def _started_only(state: JobState, value: Any) -> Any:
@@ -294,6 +303,8 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         user=fields.get("UserId", "").split("(", 1)[0],
         comment=_slurm_reason(fields.get("Comment")),
         node_count=_int(fields.get("NumNodes"), 1),
+        partition=_slurm_name(fields.get("Partition")),
+        account=_slurm_name(fields.get("Account")),
     )
 
 
@@ -327,6 +338,8 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 user=str(raw.get("user_name", "")),
                 comment=str(raw.get("comment") or ""),
                 node_count=_int(raw.get("node_count"), 1),
+                partition=_slurm_name(raw.get("partition")),
+                account=_slurm_name(raw.get("account")),
             )
         )
     return jobs
@@ -364,6 +377,8 @@ def parse_sacct(
                 comment=row.get("comment", ""),
                 node_count=max(len(nodes), 1),
                 source="accounting" if "comment" in fields else "jobcomp",
+                partition=_slurm_name(row.get("partition")),
+                account=_slurm_name(row.get("account")),
             )
         )
     return jobs
