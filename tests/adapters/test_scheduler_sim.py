@@ -79,6 +79,21 @@ def test_pending_when_not_enough_nodes(sim) -> None:
     assert scheduler.job(job.job_id).state is JobState.CANCELLED
 
 
+def test_partition_account_and_comment_are_reported_and_kept_by_resubmission(sim) -> None:
+    """As Slurm: a job without them is in the default partition under the default account
+    with no comment; a job's own stay with it, and with its resubmissions, so a site's scope
+    (TRAINMEDIC_MANAGED_PARTITIONS/_ACCOUNTS/_COMMENT_TAG) keeps covering the training run."""
+    _, scheduler = sim
+    plain = scheduler.submit(JobSpec(name="plain", nodes=9))  # too big: stays PENDING
+    assert (plain.partition, plain.account, plain.comment) == ("gpu", "default", "")
+    spec = JobSpec(name="tagged", nodes=9, partition="a100", account="llm", comment="tm-managed")
+    tagged = scheduler.submit(spec)
+    again = scheduler.resubmit(tagged.job_id, nodes=8, steps=5)
+    for job in (scheduler.job(tagged.job_id), again, scheduler.job(again.job_id)):
+        assert (job.partition, job.account, job.comment) == ("a100", "llm", "tm-managed")
+    assert wait_finished(scheduler, again.job_id).partition == "a100"
+
+
 @pytest.mark.parametrize("reason", ["x\ny", "$(reboot)", "a`b`", ""])
 def test_drain_rejects_unsafe_reasons(sim, reason: str) -> None:
     _, scheduler = sim

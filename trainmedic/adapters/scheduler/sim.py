@@ -26,6 +26,10 @@ from trainmedic.core.models import JobInfo, JobSpec, JobState, NodeInfo, NodePla
 from trainmedic.sim.cluster import SimCluster
 from trainmedic.sim.hardware import NodeFault
 
+# A job without a partition or account gets these, as Slurm gives the default partition and
+# the user's default account. One pool of nodes serves every partition a spec names.
+DEFAULT_PARTITION = "gpu"
+DEFAULT_ACCOUNT = "default"
 JOB_FAULTS = ("hang", "script", "dataloader", "oom", "die_while_saving")
 DATA_FAULTS = ("spike", "nan")
 
@@ -168,6 +172,9 @@ class SimScheduler(Scheduler):
             ),
             ended_at=datetime.fromtimestamp(ended, UTC) if ended else None,
             resubmission_of=record.get("resubmission_of"),
+            partition=record.get("partition", DEFAULT_PARTITION),
+            account=record.get("account", DEFAULT_ACCOUNT),
+            comment=record.get("comment", ""),
         )
 
     # ------------------------------------------------------------------ interface
@@ -193,6 +200,10 @@ class SimScheduler(Scheduler):
                 "checkpoint_dir": checkpoint_dir,
                 "submitted_at": time.time(),
                 "resubmission_of": resubmission_of,
+                # Fixed at submission, as Slurm records them; older records read as defaults.
+                "partition": spec.partition or DEFAULT_PARTITION,
+                "account": spec.account or DEFAULT_ACCOUNT,
+                "comment": spec.comment,
             }
             state["jobs"][job_id] = record
             self._refresh(state)
