@@ -294,16 +294,20 @@ def wait_settled(
     run (or a newer one of its job has); False on timeout."""
     started = time.monotonic()
     last_report = 0.0
+    seen, changed = -1, started
     while True:
         runs = triage_runs()
+        now = time.monotonic()
+        if len(runs) != seen:
+            seen, changed = len(runs), now
         done = {j.resubmission_of for j in scheduler.jobs() if j.resubmission_of in ids}
         if (
             len(done) == len(ids)
             and all(r.state in TERMINAL for r in runs.values())
-            and unrun(events, runs)[0] == 0
+            # An event still without a run: lost, once no new run has come for a minute.
+            and (unrun(events, runs)[0] == 0 or now - changed > 60)
         ):
             return True
-        now = time.monotonic()
         if now - last_report > 30:
             last_report = now
             print(

@@ -30,3 +30,31 @@ def test_the_stack_starts_the_worker_it_is_told(tmp_path: Path, warm: bool, comm
     argv = " ".join(stack.worker.argv)
     assert command in argv and WORK_POOL in argv and "trainmedic-local" in argv
     assert stack.status()["worker_kind"] == ("warm" if warm else "process")
+
+
+def test_a_refused_worker_label_does_not_crash_the_run(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Prefect's worker crashes a run whose worker labels the server refused (SQLite busy:
+    503 after the client's retries) before it starts; the labels are for the UI only, so the
+    warm worker logs it and the run goes ahead."""
+    import asyncio
+    import logging
+    import uuid
+
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.workers.base import BaseWorker
+
+    from trainmedic.adapters.warm_worker import WarmProcessWorker
+
+    request = httpx.Request("PATCH", "http://127.0.0.1/api/flow_runs/x/labels")
+    busy = PrefectHTTPStatusError.from_httpx_error(
+        httpx.HTTPStatusError("503", request=request, response=httpx.Response(503, request=request))
+    )
+
+    async def refused(self, flow_run_id):  # type: ignore[no-untyped-def]
+        raise busy
+
+    monkeypatch.setattr(BaseWorker, "_give_worker_labels_to_flow_run", refused)
+    worker = object.__new__(WarmProcessWorker)
+    worker._logger = logging.getLogger("test")
+    asyncio.run(worker._give_worker_labels_to_flow_run(uuid.uuid4()))  # no exception

@@ -96,3 +96,23 @@ def test_a_page_reaches_the_receiver_with_the_line_that_answers_it(server: Stack
     assert message["subject"] == "trainmedic page: job 4242 ECCError"
     assert "crash loop" in message["text"] and "Xid 48 on node007" in message["text"]
     assert "`trainmedic triage 4242` after checking" in message["text"]
+
+
+def test_an_email_block_made_in_the_ui_is_accepted(server: Stack) -> None:
+    """E-mail is a SendgridEmail block (made in the UI, its key a secret there): `notify
+    --block NAME` installs the automations to it as to a webhook."""
+    from prefect.automations import Automation
+    from prefect.blocks.notifications import SendgridEmail
+
+    from trainmedic.adapters.notifications import PAGE_AUTOMATION_NAME, install
+
+    SendgridEmail(
+        api_key="SG.not-a-real-key",
+        sender_email="trainmedic@example.org",
+        to_emails=["oncall@example.org"],
+    ).save("oncall-mail", overwrite=True)
+    install(block_name="oncall-mail")
+    action = Automation.read(name=PAGE_AUTOMATION_NAME).actions[0]
+    assert str(action.block_document_id) == str(
+        SendgridEmail.load("oncall-mail")._block_document_id
+    )

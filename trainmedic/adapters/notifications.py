@@ -8,8 +8,10 @@ block:
   the category, the evidence and the exact CLI line that answers it; the message says so.
 
 Slack: create a ``SlackWebhook`` block instead (``prefect.blocks.notifications.SlackWebhook``,
-its URL is stored as a secret) and pass its name with ``--block``; any other service that
-takes an HTTP POST works with the generic webhook block made here.
+its URL is stored as a secret) and pass its name with ``--block``; e-mail: a ``SendgridEmail``
+block (API key and the addresses to mail); PagerDuty, Opsgenie and Microsoft Teams blocks work
+the same way. Any other service that takes an HTTP POST works with the generic webhook block
+made here.
 """
 
 from __future__ import annotations
@@ -104,18 +106,38 @@ def install(*, block_name: str, webhook_url: str | None = None) -> Automation:
 
 
 def _load_any_block(name: str) -> Block:
-    for block_type in (CustomWebhookNotificationBlock, *_slack()):
+    for block_type in _notification_block_types():
         try:
             return block_type.load(name)
         except ValueError:
             continue
-    raise InputError("block", name, "no webhook or Slack notification block with that name")
+    raise InputError(
+        "block",
+        name,
+        "no notification block with that name (webhook, Slack, e-mail through SendGrid, "
+        "PagerDuty, Opsgenie, Microsoft Teams)",
+    )
 
 
-def _slack() -> tuple[type[Block], ...]:
-    from prefect.blocks.notifications import SlackWebhook
+def _notification_block_types() -> tuple[type[Block], ...]:
+    """Prefect's own notification blocks an on-call team uses: the generic webhook made here,
+    and the ones created in the UI (their secrets stay in the block)."""
+    from prefect.blocks.notifications import (
+        MicrosoftTeamsWebhook,
+        OpsgenieWebhook,
+        PagerDutyWebHook,
+        SendgridEmail,
+        SlackWebhook,
+    )
 
-    return (SlackWebhook,)
+    return (
+        CustomWebhookNotificationBlock,
+        SlackWebhook,
+        SendgridEmail,
+        PagerDutyWebHook,
+        OpsgenieWebhook,
+        MicrosoftTeamsWebhook,
+    )
 
 
 def installed() -> bool:

@@ -26,6 +26,7 @@ from uuid import UUID
 
 import anyio
 import anyio.abc
+import httpx
 from prefect.flows import load_flow_from_flow_run
 from prefect.runner._flow_run_executor import FlowRunExecutorContext
 from prefect.runner._process_manager import ProcessHandle
@@ -188,6 +189,20 @@ class WarmProcessWorker(ProcessWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._warm = warm_context()
+
+    async def _give_worker_labels_to_flow_run(self, flow_run_id: UUID) -> None:
+        """Which worker ran it is a label for the UI, not part of running it: a server that
+        keeps refusing the label (SQLite busy under a storm: 503 after the client's retries)
+        must not crash a remediation before it starts, as Prefect's worker does (measured:
+        one of 150 triage runs of bench/burst.py, Crashed, never run)."""
+        try:
+            await super()._give_worker_labels_to_flow_run(flow_run_id)
+        except httpx.HTTPError as exc:  # PrefectHTTPStatusError (a 503) is one
+            self._logger.warning(
+                "flow run %s: worker labels not set (%s); the run goes ahead",
+                flow_run_id,
+                str(exc).splitlines()[0][:200],
+            )
 
     async def run(
         self,
