@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import HTTPServer
+from pathlib import Path
 
 import pytest
 from prefect import flow, tags
@@ -116,3 +117,52 @@ def test_an_email_block_made_in_the_ui_is_accepted(server: Stack) -> None:
     assert str(action.block_document_id) == str(
         SendgridEmail.load("oncall-mail")._block_document_id
     )
+
+
+def test_up_with_a_webhook_installs_the_automations_and_status_says_so(
+    tmp_path: Path,
+) -> None:
+    """`trainmedic up` with TRAINMEDIC_WEBHOOK_URL set installs the notification automations
+    on the server it starts; `status` shows them installed (and the intake's lag)."""
+    import contextlib
+    import io
+
+    from prefect.automations import Automation
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from support.stack import CLEARED, patched_environ
+
+    from trainmedic.adapters.notifications import PAGE_AUTOMATION_NAME
+    from trainmedic.cli.main import main
+    from trainmedic.core.settings import get_settings
+    from trainmedic.sim.cluster import SimCluster
+
+    env = {
+        "TRAINMEDIC_HOME": str(tmp_path / "home"),
+        "TRAINMEDIC_INVENTORY": str(tmp_path / "inventory"),
+        "TRAINMEDIC_SERVER_PORT": str(free_port()),
+        "TRAINMEDIC_SIM_EXPORTER_PORT": str(free_port()),
+        "TRAINMEDIC_WEBHOOK_URL": "http://127.0.0.1:9/pager",
+    }
+    with patched_environ(env, CLEARED):
+        get_settings.cache_clear()
+        settings = get_settings()
+        SimCluster(settings.sim_home).create(2, inventory_dir=settings.inventory)
+        out = io.StringIO()
+        # As a fresh CLI process: its own server, whatever server an earlier test's fixture
+        # left in this thread's Prefect settings.
+        with temporary_settings({PREFECT_API_URL: settings.api_url}):
+            try:
+                with contextlib.redirect_stdout(out):
+                    assert main(["up"]) == 0
+                assert "on-call: pages and failed runs go to block" in out.getvalue()
+                assert Automation.read(name=PAGE_AUTOMATION_NAME).enabled
+                status = io.StringIO()
+                with contextlib.redirect_stdout(status):
+                    main(["status"])
+                assert "on-call: automations installed" in status.getvalue()
+                assert "intake: running" in status.getvalue()
+                assert "last pass" in status.getvalue()
+            finally:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    main(["down"])
+                get_settings.cache_clear()

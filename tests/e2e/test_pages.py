@@ -65,6 +65,15 @@ def failed(sim, fault: str, *, name: str):  # type: ignore[no-untyped-def]
     return wait_finished(scheduler, job.job_id)
 
 
+def stopped_without_a_word(sim):  # type: ignore[no-untyped-def]
+    """A job stopped from outside with nothing in its logs: no rule explains it."""
+    _, scheduler = sim
+    job = scheduler.submit(JobSpec(name="quiet", nodes=1, steps=100_000))
+    wait_step(job, 5)
+    scheduler.cancel(job.job_id, "stopped outside trainmedic")
+    return job
+
+
 def triage(job_id: str):  # type: ignore[no-untyped-def]
     from flows.triage import TriageRequest
     from flows.triage import triage as run
@@ -108,10 +117,7 @@ def test_a_spent_retry_budget_pages(server, sim, monkeypatch) -> None:
 
 
 def test_an_unknown_cause_pages(server, sim) -> None:
-    _, scheduler = sim
-    job = scheduler.submit(JobSpec(name="quiet", nodes=1, steps=100_000))
-    wait_step(job, 5)
-    scheduler.cancel(job.job_id, "stopped outside trainmedic")
+    job = stopped_without_a_word(sim)
     result = triage(job.job_id)
     assert result.category == "Unknown" and result.new_job_id is None
     message = delivered("page", job.job_id, lambda p: "Unknown" in p["subject"])
@@ -139,10 +145,7 @@ def test_the_llm_fallbacks_suggestion_pages(server, sim, monkeypatch) -> None:
         monkeypatch.setenv("TRAINMEDIC_LLM_URL", f"{url}/v1")
         monkeypatch.setenv("TRAINMEDIC_LLM_MODEL", "any-model")
         get_settings.cache_clear()
-        _, scheduler = sim
-        job = scheduler.submit(JobSpec(name="quiet", nodes=1, steps=100_000))
-        wait_step(job, 5)
-        scheduler.cancel(job.job_id, "stopped outside trainmedic")
+        job = stopped_without_a_word(sim)
         result = triage(job.job_id)
     assert result.category == "StorageError" and result.new_job_id is None
     message = delivered("page", job.job_id, lambda p: "LLM" in p["text"])
