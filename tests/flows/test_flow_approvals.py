@@ -19,9 +19,9 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId
 from support.waits import (
+    paused_triage,
     run_in_thread,
     unique_run_name,
-    wait_finished,
     wait_paused,
     wait_step,
     wait_until,
@@ -88,18 +88,9 @@ def paused_rollback(sim, name: str):  # type: ignore[no-untyped-def]
 def test_a_rejected_triage_isolation_drains_nothing_and_its_report_says_who_and_why(
     prefect_server, sim, policy
 ) -> None:
-    from flows.triage import TriageRequest, triage
-
     policy(auto_approve_max=0, max_share=0.5)  # one proven origin: a human is asked
-    cluster, scheduler = sim
-    job = scheduler.submit(JobSpec(name="ask", nodes=2, steps=100_000, checkpoint_every=20))
-    wait_step(job, 25)
-    origin = job.nodes[1]
-    cluster.inject(origin, "xid79")
-    failed = wait_finished(scheduler, job.job_id)
-    run_name = unique_run_name("triage-reject")
-    thread, box = run_in_thread(triage, TriageRequest(job_id=failed.job_id), run_name)
-    wait_paused(run_name, box=box)
+    _, scheduler = sim
+    _, _, run_name, thread, box = paused_triage(sim, "triage-reject")
 
     code, _, err = cli(
         "approve", run_name, "--reject", "--reason", "field engineer on site", "--by", "bob"

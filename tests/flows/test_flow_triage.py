@@ -291,21 +291,14 @@ def test_a_resubmission_that_never_starts_is_reported(prefect_server, sim, monke
 def test_a_paused_triage_is_answered_from_the_cli_with_who_and_why(
     prefect_server, sim, policy, capsys
 ) -> None:
-    from support.waits import run_in_thread, unique_run_name, wait_paused
 
-    from flows.triage import TriageRequest, triage
+    from support.waits import paused_triage
+
     from trainmedic.cli.main import main
 
     policy(auto_approve_max=0, max_share=0.5)
-    cluster, scheduler = sim
-    job = scheduler.submit(JobSpec(name="ask", nodes=2, steps=100_000, checkpoint_every=20))
-    wait_step(job, 25)
-    origin = job.nodes[1]
-    cluster.inject(origin, "xid79")
-    failed = wait_finished(scheduler, job.job_id)
-    run_name = unique_run_name("triage-ask")
-    thread, box = run_in_thread(triage, TriageRequest(job_id=failed.job_id), run_name)
-    wait_paused(run_name, box=box)
+    _, scheduler = sim
+    failed, origin, run_name, thread, box = paused_triage(sim, "triage-ask")
     assert not [n for n in scheduler.nodes() if n.state is NodeState.DRAINED]
     scheduler.admin_drain("node008", "fan replacement")
     asks = wait_until(

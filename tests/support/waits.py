@@ -114,3 +114,22 @@ def server_events(resource_id: str, api_url: str | None = None) -> list[dict[str
     )
     response.raise_for_status()
     return list(response.json()["events"])
+
+
+def paused_triage(sim, prefix: str) -> tuple[JobInfo, str, str, threading.Thread, dict]:  # type: ignore[no-untyped-def]
+    """A 2-node job whose second node lost a GPU (Xid 79), triaged in a thread as a run
+    named from ``prefix``, paused asking a human to drain that node (the caller's policy
+    asks before any drain). The failed job, the origin, the run name, the thread, its box."""
+    from flows.triage import TriageRequest, triage
+    from trainmedic.core.models import JobSpec
+
+    cluster, scheduler = sim
+    job = scheduler.submit(JobSpec(name="ask", nodes=2, steps=100_000, checkpoint_every=20))
+    wait_step(job, 25)
+    origin = job.nodes[1]
+    cluster.inject(origin, "xid79")
+    failed = wait_finished(scheduler, job.job_id)
+    run_name = unique_run_name(prefix)
+    thread, box = run_in_thread(triage, TriageRequest(job_id=failed.job_id), run_name)
+    wait_paused(run_name, box=box)
+    return failed, origin, run_name, thread, box
