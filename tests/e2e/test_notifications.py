@@ -14,6 +14,7 @@ from prefect import flow, tags
 from support.ports import free_port
 from support.receiver import Receiver
 from support.stack import server_only
+from support.waits import wait_until
 
 from trainmedic.core.settings import Settings
 from trainmedic.stack import Stack
@@ -156,12 +157,18 @@ def test_up_with_a_webhook_installs_the_automations_and_status_says_so(
                     assert main(["up"]) == 0
                 assert "on-call: pages and failed runs go to block" in out.getvalue()
                 assert Automation.read(name=PAGE_AUTOMATION_NAME).enabled
-                status = io.StringIO()
-                with contextlib.redirect_stdout(status):
-                    main(["status"])
-                assert "on-call: automations installed" in status.getvalue()
-                assert "intake: running" in status.getvalue()
-                assert "last pass" in status.getvalue()
+
+                def status_once_the_intake_has_passed() -> str | None:
+                    # The intake's first pass lands a moment after `up` returns; on a busy
+                    # 2-core machine that can be after the first `status`.
+                    status = io.StringIO()
+                    with contextlib.redirect_stdout(status):
+                        main(["status"])
+                    return status.getvalue() if "last pass" in status.getvalue() else None
+
+                shown = wait_until(status_once_the_intake_has_passed, 60, "intake's first pass", 1)
+                assert "on-call: automations installed" in shown
+                assert "intake: running" in shown
             finally:
                 with contextlib.redirect_stdout(io.StringIO()):
                     main(["down"])
