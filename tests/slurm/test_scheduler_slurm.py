@@ -147,7 +147,10 @@ def test_successful_job_completes_with_log(tmp_path: Path) -> None:
     # tags the job as trainmedic's run.
     def recorded():  # type: ignore[no-untyped-def]
         found = [j for j in scheduler._sacct(["-j", info.job_id]) if j.job_id == info.job_id]
-        return found[0] if found and found[0].nodes == info.nodes else None
+        # The start record can land before the end record (seen on a busy CI machine:
+        # RUNNING, no exit code): wait for the end, not just the allocation.
+        ended = found and found[0].nodes == info.nodes and found[0].state.finished
+        return found[0] if ended else None
 
     from_log = wait_until(recorded, 30, f"job {info.job_id} complete in accounting")
     assert (from_log.state, from_log.exit_code) == (JobState.COMPLETED, 0)
