@@ -149,13 +149,18 @@ def test_a_lone_sigkill_is_not_host_oom_but_corroborates_a_kernel_oom() -> None:
 # ----------------------------------------------------------------------------- classes
 
 
-def test_hang_detectors_beat_the_timeouts_they_cause() -> None:
+def test_hang_detectors_name_a_hang_unless_a_collective_timed_out_first() -> None:
     monitor = (
         "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! "
         "Process will be terminated after dumping debug info. workMetaList_.size()=103"
     )
-    diagnosis = diagnose([LogSource.from_lines("a.log", [timeout(1), monitor])])
-    assert diagnosis.category is Category.Hang
+    assert diagnose([LogSource.from_lines("a.log", [monitor])]).category is Category.Hang
+    # The heartbeat monitor also fires when the watchdog hangs aborting a collective that
+    # timed out: then the timeout is what happened, and the report says why.
+    diagnosis = diagnose([LogSource.from_lines("a.log", [monitor, timeout(2)])])
+    assert diagnosis.category is Category.NCCLTimeout
+    (rival,) = [r for r in diagnosis.rivals if r.signature == "heartbeat-monitor"]
+    assert "aftermath of nccl-watchdog-timeout" in rival.reason
     barrier = "RuntimeError: [Rank 0]: Ranks 3 failed to pass monitoredBarrier in 30000 ms"
     diagnosis = diagnose([LogSource.from_lines("b.log", [barrier])])
     assert diagnosis.category is Category.Hang

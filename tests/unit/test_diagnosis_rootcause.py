@@ -201,6 +201,20 @@ def test_line_prefix_hosts() -> None:
     assert diagnose(sources).root_cause_host == "node004 GPU 1"
 
 
+def test_launcher_prefixes_name_the_host() -> None:
+    """pdsh / DeepSpeed's runner ("host: ", an IP too), tagged output ("[host:5]:") and Ray's
+    worker prefix ("(Worker pid=N, ip=...)") say which node wrote the line."""
+    fault = "CUDA error: unspecified launch failure"
+    for line, host in [
+        (f"192.168.13.81: [rank19]:[E808 10:31:07.406] {fault}", "192.168.13.81"),
+        (f"gpu017: [rank3]: RuntimeError: {fault}", "gpu017"),
+        (f"[alphagpu12:5]:[rank5]: RuntimeError: {fault}", "alphagpu12"),
+        (f"(RayWorkerWrapper pid=92234, ip=172.19.24.110) RuntimeError: {fault}", "172.19.24.110"),
+    ]:
+        found = diagnose([LogSource.from_lines("job.log", [line])]).root_cause_host or ""
+        assert found.split()[0] == host, line
+
+
 def test_large_stream_is_bounded_and_finds_the_error() -> None:
     lines = (NORMAL[i % len(NORMAL)] for i in range(60_000))
     tail = ["NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."]

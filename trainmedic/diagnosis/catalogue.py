@@ -49,6 +49,10 @@ class Signature:
     # proves, and proves nothing alone: a SIGKILL or exit code 137 is host OOM only beside a
     # kernel OOM line (scancel, preemption and KillWait send the same signal).
     corroborates: bool = False
+    # Ids of signatures whose line, anywhere in the job, makes this one its aftermath: PyTorch's
+    # heartbeat monitor fires when the watchdog hangs aborting a collective that already timed
+    # out, so "watchdog got stuck" beside a real collective timeout is that timeout's, not a hang.
+    aftermath_of: tuple[str, ...] = ()
 
     @property
     def grep_pattern(self) -> str:
@@ -107,6 +111,9 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         ere = entry.get("ere")
         witness = bool(entry.get("witness", False))
         corroborates = bool(entry.get("corroborates", False))
+        aftermath_of = entry.get("aftermath_of", [])
+        if not isinstance(aftermath_of, list) or not all(isinstance(a, str) for a in aftermath_of):
+            raise TypeError("aftermath_of must be a list of signature ids")
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(f"{origin}: bad signature {entry.get('id')!r}: {exc}") from exc
     if not 0.0 <= weight <= 1.0:
@@ -127,6 +134,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         ere=str(ere) if ere is not None else None,
         witness=witness,
         corroborates=corroborates,
+        aftermath_of=tuple(aftermath_of),
     )
 
 

@@ -32,6 +32,7 @@ from trainmedic.diagnosis.loss import find_loss_spike, find_scale_collapse
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.ranking import (
     Candidate,
+    aftermath,
     candidates,
     confidence,
     corroborated,
@@ -119,6 +120,8 @@ def diagnose(
         )
 
     hits, unproven = corroborated(hits)
+    hits, after = aftermath(hits)
+    unproven += after
     ranked = candidates(hits)
     if not ranked and heartbeat_age_s is None:
         silent = ends_in_silence(scans, hits)

@@ -23,6 +23,7 @@ from trainmedic.diagnosis.scan import Hit, SourceScan
 __all__ = [
     "CONSEQUENCES",
     "Candidate",
+    "aftermath",
     "candidates",
     "confidence",
     "corroborated",
@@ -127,6 +128,22 @@ def corroborated(hits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
     return counted, unproven
 
 
+def aftermath(hits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
+    """(hits that count, hits set aside as the aftermath of another signature's line present in
+    the job). The latter keep their place as context (rank, host) but vote for nothing."""
+    present = {h.signature.id for h in hits}
+    counted: list[Hit] = []
+    after: list[Hit] = []
+    for hit in hits:
+        if hit.signature.role is not Role.context and present & set(hit.signature.aftermath_of):
+            after.append(hit)
+            context = replace(hit.signature, role=Role.context, category=Category.Unknown)
+            counted.append(replace(hit, signature=context))
+        else:
+            counted.append(hit)
+    return counted, after
+
+
 def explained(candidates: Sequence[Candidate]) -> dict[Category, Candidate]:
     """Each category that another cause present in the job drags along, with that cause (the
     strongest one). Printed order plays no part: a GPU fault outranks the socket error a rank
@@ -221,6 +238,20 @@ def _unproven_rivals(unproven: Sequence[Hit]) -> tuple[Rival, ...]:
         if hit.signature.id in seen:
             continue
         seen.add(hit.signature.id)
+        if hit.signature.aftermath_of:
+            told.append(
+                Rival(
+                    category=hit.signature.category,
+                    score=round(score(hit), 3),
+                    signature=hit.signature.id,
+                    where=_where(hit),
+                    reason=(
+                        f"not counted: the aftermath of {' / '.join(hit.signature.aftermath_of)}"
+                        ", also in the logs"
+                    ),
+                )
+            )
+            continue
         told.append(
             Rival(
                 category=hit.signature.category,

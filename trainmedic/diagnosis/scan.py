@@ -42,7 +42,14 @@ _NCCL_PREFIX = re.compile(
 )
 # Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd.
 _JSON_HOST = re.compile(r'"(?:host_?name|hostname|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*)"')
-_LABEL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w-]*\d[\w-]*): ")
+# pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), mpirun/accelerate's
+# tagged output ("[gpu12:5]:"), Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)").
+_LABEL_PREFIX = re.compile(
+    r"^(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
+    r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
+    r"|^\(\w+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+)
+_HOST_GROUPS = ("host", "tag", "ray")
 _SYSLOG_PREFIX = re.compile(
     r"^(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?P<host>[A-Za-z][\w.-]*)\s+kernel:"
@@ -258,7 +265,8 @@ def _attribute(text: str) -> Attribution:
     for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
         match = prefix.search(text)
         if match:
-            host = match.group("host").lower()
+            found = match.groupdict()
+            host = next(v for k, v in found.items() if k in _HOST_GROUPS and v).lower()
             gpu = match.groupdict().get("gpu")
             break
     rank_match = _RANK.search(text)
