@@ -202,14 +202,20 @@ def test_line_prefix_hosts() -> None:
 
 
 def test_launcher_prefixes_name_the_host() -> None:
-    """pdsh / DeepSpeed's runner ("host: ", an IP too), tagged output ("[host:5]:") and Ray's
-    worker prefix ("(Worker pid=N, ip=...)") say which node wrote the line."""
+    """pdsh / DeepSpeed's runner ("host: ", an IP too), tagged output ("[host:5]:"), Ray's
+    worker prefix ("(Worker pid=N, ip=...)"), srun's "error: host: task N" and UCX's crash
+    report ("[host:pid:0:tid]") say which node the line is about."""
     fault = "CUDA error: unspecified launch failure"
     for line, host in [
         (f"192.168.13.81: [rank19]:[E808 10:31:07.406] {fault}", "192.168.13.81"),
         (f"gpu017: [rank3]: RuntimeError: {fault}", "gpu017"),
         (f"[alphagpu12:5]:[rank5]: RuntimeError: {fault}", "alphagpu12"),
         (f"(RayWorkerWrapper pid=92234, ip=172.19.24.110) RuntimeError: {fault}", "172.19.24.110"),
+        ("srun: error: cn125: task 0: Segmentation fault (core dumped)", "cn125"),
+        (
+            "[worker-0:2121 :0:7025] Caught signal 11 (Segmentation fault: address not mapped)",
+            "worker-0",
+        ),
     ]:
         found = diagnose([LogSource.from_lines("job.log", [line])]).root_cause_host or ""
         assert found.split()[0] == host, line

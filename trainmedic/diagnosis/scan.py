@@ -48,8 +48,11 @@ _LABEL_PREFIX = re.compile(
     r"^(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^\(\w+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+    # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
+    r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
+    r"|^\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
 )
-_HOST_GROUPS = ("host", "tag", "ray")
+_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx")
 _SYSLOG_PREFIX = re.compile(
     r"^(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?P<host>[A-Za-z][\w.-]*)\s+kernel:"
