@@ -16,7 +16,6 @@ from typing import Any
 
 from prefect import get_run_logger, pause_flow_run, task
 from prefect.cache_policies import NO_CACHE
-from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
 from prefect.exceptions import FlowPauseTimeout, PrefectHTTPStatusError
 from prefect.input import RunInput
 from prefect.runtime import flow_run
@@ -303,7 +302,7 @@ def choose_checkpoint(job: JobInfo, before_step: int | None = None) -> Checkpoin
 # takes the guard lock: it retries instead of failing the remediation half-way. Safe because
 # it is idempotent: a second try finds its own resubmission. (A drain does not retry: a drain
 # done whose record was lost would come back "already drained", and not be ours.)
-SERVER_BUSY = (ConcurrencySlotAcquisitionError, PrefectHTTPStatusError, ServerError)
+SERVER_BUSY = (PrefectHTTPStatusError, ServerError)
 # The task options of an idempotent task that retries while the server is busy.
 RETRY_WHILE_SERVER_BUSY: dict[str, Any] = {
     "retries": 3,
