@@ -99,6 +99,25 @@ def _candidates(jobs: list[JobInfo], incidents: list[Incident], taken: set[str])
     ]
 
 
+def handled_elsewhere(job_id: str) -> Incident | None:
+    """The open incident of another live run that has this job, read without any lock: a
+    duplicate event ends on it at once instead of holding a worker slot while that run works
+    under the job's lock. Read-only: a stale answer only means the run waits for the lock and
+    asks :func:`claim_incident` as before. (A closed incident's lock is free: the run takes
+    it and finds, with the job's resubmission, why it has nothing to do.)"""
+    me = str(flow_run.get_id() or "local")
+    since = datetime.now(UTC) - ACTION_RETENTION
+    for incident in server_state().incidents(since=since):
+        if (
+            job_id in incident.jobs
+            and incident.leader != me
+            and incident.closed_at is None
+            and not _leader_ended(incident)
+        ):
+            return incident
+    return None
+
+
 @task(name="claim-incident", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
     """The jobs this run remediates. A job in an incident that another live run handles

@@ -24,6 +24,7 @@ from flows.incident import (
     claim_incident,
     close_incident,
     decide_incident,
+    handled_elsewhere,
     locate_incident,
     wait_for_decisions,
 )
@@ -212,6 +213,14 @@ def _tell_humans(job: JobInfo, diagnosis: Diagnosis, plan: Plan) -> list[ActionR
     return told
 
 
+def _handled_by(job_id: str, incident: Incident) -> Admission:
+    return Admission(
+        admitted=False,
+        kind="duplicate",
+        why=f"job {job_id} is in incident {incident.incident_id}, handled by run {incident.leader}",
+    )
+
+
 def _not_handled(job: JobInfo, admission: Admission) -> TriageResult:
     """The event starts nothing: recorded, with why, in the run's log, report and result."""
     get_run_logger().warning("job %s: %s: %s", job.job_id, admission.kind, admission.why)
@@ -273,6 +282,11 @@ def _heartbeat_age(job: JobInfo) -> float | None:
 
 @flow(name="triage", log_prints=True, persist_result=True, result_serializer="json")
 def triage(request: TriageRequest) -> TriageResult:
+    # Another run already has this job in its incident: a duplicate, done at once (a human's
+    # `trainmedic triage` always goes on).
+    incident = None if request.event == "manual" else handled_elsewhere(request.job_id)
+    if incident is not None:
+        return _not_handled(load_job(request.job_id), _handled_by(request.job_id, incident))
     # Two events for one job never remediate it twice at once; the second run waits, then
     # finds the drain and the resubmission already done.
     with job_lock(request.job_id):
@@ -289,16 +303,7 @@ def _triage(request: TriageRequest) -> TriageResult:
     # In a storm, the first run claims every failure linked to this one; the others end here.
     claim = claim_incident(job, manual=request.event == "manual", dry_run=request.dry_run)
     if claim.handled_by is not None:
-        handled = claim.handled_by
-        return _not_handled(
-            job,
-            Admission(
-                admitted=False,
-                kind="duplicate",
-                why=f"job {job.job_id} is in incident {handled.incident_id}, handled by run "
-                f"{handled.leader}",
-            ),
-        )
+        return _not_handled(job, _handled_by(job.job_id, claim.handled_by))
     assert claim.incident is not None
     results = _remediate(claim.jobs, claim.incident, request)
     return results[0]

@@ -128,3 +128,43 @@ def test_a_claim_is_taken_up_by_its_own_retry_and_refused_to_another_run(
     assert other.incident is None and other.handled_by == first.incident
     # Once the run has ended without closing its incident, the job is free to claim again.
     assert claim_elsewhere().incident is not None
+
+
+def test_a_duplicate_of_a_job_another_run_has_ends_without_waiting_for_its_lock(
+    prefect_server, fabric
+) -> None:
+    """The first run holds the job's lock for its whole remediation; a duplicate event's run
+    used to wait for it, holding a worker slot (in a burst, most slots). Finding the job in
+    the live run's incident, it ends at once as a duplicate, naming that run."""
+    import contextvars
+    import threading
+
+    from prefect import flow
+
+    from flows.incident import claim_incident
+    from flows.tasks import job_lock
+    from flows.triage import TriageRequest, TriageResult, triage
+
+    _, scheduler = fabric
+    job = scheduler.submit(JobSpec(name="dup", nodes=1, gpus_per_node=1, steps=100_000))
+
+    @flow
+    def first_run() -> tuple[str, TriageResult | None]:
+        claim = claim_incident.fn(job, manual=False, dry_run=False)
+        box: dict[str, TriageResult] = {}
+        with job_lock(job.job_id):  # remediating
+            context = contextvars.copy_context()
+            request = TriageRequest(job_id=job.job_id, event="job.failed")
+            duplicate = threading.Thread(
+                target=lambda: box.update(result=context.run(triage, request)), daemon=True
+            )
+            duplicate.start()
+            duplicate.join(timeout=90)
+        assert claim.incident is not None
+        return claim.incident.leader, box.get("result")
+
+    leader, result = first_run()
+    assert result is not None, "the duplicate waited for the job's lock"
+    assert result.not_handled is not None and result.not_handled.startswith("duplicate")
+    assert f"handled by run {leader}" in result.not_handled
+    assert result.new_job_id is None and not result.drained
