@@ -25,7 +25,8 @@ from flows.verify import heartbeat_step, schedule_verification, training_again
 from trainmedic.adapters import checkpoints
 from trainmedic.adapters.ansible import Inventory, run_playbook
 from trainmedic.adapters.scheduler import get_scheduler
-from trainmedic.adapters.server_state import ServerState, server_mutex
+from trainmedic.adapters.server_lock import server_mutex
+from trainmedic.adapters.server_state import ServerState
 from trainmedic.adapters.telemetry import fetch_gpu_telemetry, fetch_prometheus_telemetry
 from trainmedic.core.errors import (
     CheckpointError,

@@ -8,16 +8,9 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 
-from trainmedic.adapters.server_state import (
-    ACTION_RETENTION,
-    ServerState,
-    drain_variable_name,
-    server_mutex,
-    when_not_busy,
-)
+from trainmedic.adapters.server_state import ACTION_RETENTION, ServerState, drain_variable_name
 from trainmedic.state import ActionEntry, ActionKind, DrainRecord
 
 pytestmark = pytest.mark.server
@@ -83,51 +76,3 @@ def test_the_lock_is_reentrant_within_a_thread(prefect_server) -> None:
     with store.lock(), store.lock(timeout_s=5):
         store.record_action(entry("node001"))
     assert len(store.actions()) == 1
-
-
-def test_a_held_lock_times_out_for_a_waiter_and_is_free_once_released(prefect_server) -> None:
-    name = f"trainmedic-test-{cluster()}"
-    with (
-        server_mutex(name, timeout_s=5, lease_s=60),
-        pytest.raises(TimeoutError, match=name),
-        server_mutex(name, 1, 60),
-    ):
-        pytest.fail("two holders of a one-slot lock")
-    # Released on exit (an exception inside too): the next holder gets it at once.
-    with pytest.raises(RuntimeError), server_mutex(name, 5, 60):
-        raise RuntimeError("the work under the lock failed")
-    with server_mutex(name, timeout_s=1, lease_s=60):
-        pass
-
-
-def test_a_busy_server_is_asked_again_soon_and_a_refusal_is_not(monkeypatch) -> None:
-    """503 (SQLite busy) and an unreachable server are retried after milliseconds; a 4xx
-    is an answer, raised at once."""
-    monkeypatch.setattr("trainmedic.adapters.server_state.BUSY_RETRY_S", (0.0, 0.0, 0.0))
-    request = httpx.Request("POST", "http://prefect/api/variables/")
-    answers = [
-        httpx.HTTPStatusError("busy", request=request, response=httpx.Response(503)),
-        httpx.ConnectError("refused", request=request),
-        "done",
-    ]
-
-    def call() -> str:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    assert when_not_busy(call) == "done" and not answers
-    refused = httpx.HTTPStatusError("no", request=request, response=httpx.Response(409))
-    calls = []
-
-    def conflict() -> None:
-        calls.append(1)
-        raise refused
-
-    with pytest.raises(httpx.HTTPStatusError):
-        when_not_busy(conflict)
-    assert len(calls) == 1
-    busy = httpx.HTTPStatusError("busy", request=request, response=httpx.Response(503))
-    with pytest.raises(httpx.HTTPStatusError):  # still busy after every retry: raised
-        when_not_busy(lambda: (_ for _ in ()).throw(busy))

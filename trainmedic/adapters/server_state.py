@@ -3,7 +3,8 @@ a local file: the guard's lock, the record of destructive actions (the circuit b
 drain rate limit count them), trainmedic's drain records (drain ownership) and the humans'
 corrections of diagnoses (every worker applies them).
 
-* **The guard lock** is a Prefect global concurrency limit of one slot. A runbook checks the
+* **The guard lock** is a Prefect global concurrency limit of one slot
+  (:func:`trainmedic.adapters.server_lock.server_mutex`). A runbook checks the
   guard and acts while holding it, so two runs at once cannot both pass a guard that has room
   for one. It is reentrant within one thread (an isolation holds it around its drains, each of
   which passes the breaker), and held for seconds: never across a human's approval.
@@ -23,22 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
-from uuid import UUID
+from typing import Any
 
 import httpx
-from prefect.client.orchestration import SyncPrefectClient, get_client
-from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.exceptions import ObjectNotFound
 from pydantic import ValidationError
 
+from trainmedic.adapters.server_lock import api_problem, fast_client, server_mutex, when_not_busy
 from trainmedic.core.errors import ServerError
 from trainmedic.state.records import ActionEntry, Correction, DrainRecord, Incident, RepairRecord
 
@@ -49,9 +46,7 @@ __all__ = [
     "REPAIR_RETENTION",
     "ServerState",
     "drain_variable_name",
-    "ensure_limit",
     "guard_lock",
-    "server_mutex",
 ]
 
 GUARD_LOCK = "trainmedic-guard"
@@ -61,111 +56,12 @@ ACTION_RETENTION = timedelta(days=7)
 # The repair escalation window is capped at 30 days.
 REPAIR_RETENTION = timedelta(days=30)
 GUARD_WAIT_S = 300
-# A busy server (SQLite answering 503 "database is locked" under a storm's writes) is asked
-# again within milliseconds, not after Prefect's client backs off 2 s, 4 s, 8 s...: each
-# remediation met a few of these, seconds each. Still about 25 s in all before giving up.
-BUSY_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8)
-# A waiter asks for a held lock this often at most. The server's own Retry-After is its
-# average hold times the waiters, up to 30 s: in a burst the slot sat free while the runs
-# waiting for it slept.
-LOCK_POLL_S = 0.5
-T = TypeVar("T")
-_log = logging.getLogger(__name__)
-_jitter = secrets.SystemRandom()  # waiters spread out, not in step
 GUARD_LEASE_S = 300
 PAGE = 200
 
 _held: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "trainmedic_guard_held", default=frozenset()
 )
-
-
-@contextlib.contextmanager
-def fast_client() -> Iterator[SyncPrefectClient]:
-    """A Prefect client whose requests do not retry by themselves, for :func:`when_not_busy`."""
-    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}), get_client(sync_client=True) as c:
-        yield c
-
-
-def when_not_busy(call: Callable[[], T]) -> T:
-    """``call()``, asked again soon while the server is busy (502/503/504) or unreachable."""
-    for delay in (*BUSY_RETRY_S, None):
-        try:
-            return call()
-        except httpx.HTTPStatusError as exc:
-            if exc.response.status_code not in (502, 503, 504) or delay is None:
-                raise
-        except httpx.TransportError:
-            if delay is None:
-                raise
-        time.sleep(delay * _jitter.uniform(0.75, 1.25))
-    raise AssertionError("unreachable")  # pragma: no cover - the last try returns or raises
-
-
-@contextlib.contextmanager
-def server_mutex(name: str, timeout_s: float, lease_s: float) -> Iterator[None]:
-    """Hold the one-slot global concurrency limit ``name`` (created on first use): one
-    holder at a time across every worker and host, on a lease the holder renews. A lost
-    renewal (a server restart, a slow moment) does not abort the holder half-way: what runs
-    under it is idempotent. TimeoutError when not acquired within ``timeout_s``."""
-    lease_id = _acquire(name, timeout_s, lease_s)
-    stop = threading.Event()
-    renewal = threading.Thread(
-        target=_renew, args=(name, lease_id, lease_s, stop), name=f"lease {name}", daemon=True
-    )
-    renewal.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewal.join()
-        try:
-            with fast_client() as client:
-                when_not_busy(lambda: client.release_concurrency_slots_with_lease(lease_id))
-        except httpx.HTTPError as exc:
-            # The lease runs out by itself: the lock is free again after lease_s at most.
-            _log.warning("lock %s not released (%s): free in %g s", name, exc, lease_s)
-
-
-def _acquire(name: str, timeout_s: float, lease_s: float) -> UUID:
-    deadline = time.monotonic() + timeout_s
-    ensure_limit(name, 1)
-    with fast_client() as client:
-        while True:
-            try:
-                response = when_not_busy(
-                    lambda: client.increment_concurrency_slots_with_lease(
-                        names=[name], slots=1, mode="concurrency", lease_duration=lease_s
-                    )
-                )
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code != 423:
-                    raise ServerError(f"lock {name}: {_api_problem(exc)}") from exc
-                wait = min(float(exc.response.headers.get("Retry-After", 1)), LOCK_POLL_S)
-            except httpx.HTTPError as exc:
-                raise ServerError(f"lock {name}: {_api_problem(exc)}") from exc
-            else:
-                body = response.json()
-                if body.get("limits"):
-                    return UUID(body["lease_id"])
-                # The limit was deleted meanwhile: a lease on nothing locks nothing.
-                stray = UUID(body["lease_id"])
-                when_not_busy(partial(client.release_concurrency_slots_with_lease, stray))
-                _known_limits.discard(name)
-                ensure_limit(name, 1)
-                continue
-            if time.monotonic() + wait > deadline:
-                raise TimeoutError(f"lock {name} not acquired within {timeout_s:g} s")
-            time.sleep(wait * _jitter.uniform(0.5, 1.0))
-
-
-def _renew(name: str, lease_id: UUID, lease_s: float, stop: threading.Event) -> None:
-    while not stop.wait(lease_s / 3):
-        try:
-            with fast_client() as client:
-                when_not_busy(lambda: client.renew_concurrency_lease(lease_id, lease_s))
-        except httpx.HTTPError as exc:
-            _log.warning("lock %s: lease not renewed (%s); trying again", name, exc)
 
 
 @contextlib.contextmanager
@@ -181,39 +77,6 @@ def guard_lock(cluster: str, timeout_s: float = GUARD_WAIT_S) -> Iterator[None]:
             yield
         finally:
             _held.reset(token)
-
-
-# Limits this process made sure of: one server round trip per name, not one per hold.
-_known_limits: set[str] = set()
-
-
-def ensure_limit(name: str, limit: int) -> None:
-    """Create the global concurrency limit ``name`` unless it exists. Two runs creating it at
-    once is normal (two events for one job): the loser finds the winner's."""
-    if name in _known_limits:
-        return
-    try:
-        # ObjectAlreadyExists: created by the other run meanwhile.
-        with fast_client() as client, contextlib.suppress(ObjectAlreadyExists):
-            when_not_busy(lambda: client.upsert_global_concurrency_limit_by_name(name, limit))
-    except httpx.HTTPError as exc:
-        raise ServerError(f"concurrency limit {name}: {_api_problem(exc)}") from exc
-    _known_limits.add(name)
-
-
-def _api_problem(exc: httpx.HTTPError) -> str:
-    """What went wrong, in one line: credentials refused is not a server away (the
-    exception's own text names neither, over several lines)."""
-    if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
-        return (
-            f"the Prefect API refused our credentials (HTTP {exc.response.status_code}): "
-            "check TRAINMEDIC_SERVER_AUTH"
-        )
-    if isinstance(exc, httpx.HTTPStatusError):
-        detail = " ".join(exc.response.text.split())[:160]
-        return f"the Prefect API answered HTTP {exc.response.status_code}: {detail}"
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return f"Prefect API unreachable ({type(exc).__name__}: {first[:160]})"
 
 
 def drain_variable_name(cluster: str, node: str) -> str:
@@ -259,7 +122,7 @@ class ServerState:
                     if len(page) < PAGE:
                         return found
         except httpx.HTTPError as exc:
-            raise ServerError(f"reading {tag} records: {_api_problem(exc)}") from exc
+            raise ServerError(f"reading {tag} records: {api_problem(exc)}") from exc
 
     def _put(self, name: str, value: dict[str, Any], tag: str) -> None:
         try:
@@ -274,7 +137,7 @@ class ServerState:
                 )
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code in (401, 403):
-                raise ServerError(f"recording {name}: {_api_problem(exc)}") from exc
+                raise ServerError(f"recording {name}: {api_problem(exc)}") from exc
             if exc.response.status_code != 409:
                 raise ServerError(f"recording {name}: {exc.response.text[:200]}") from exc
             with self._client() as client:
@@ -288,7 +151,7 @@ class ServerState:
                     )
                 )
         except httpx.HTTPError as exc:
-            raise ServerError(f"recording {name}: {_api_problem(exc)}") from exc
+            raise ServerError(f"recording {name}: {api_problem(exc)}") from exc
 
     def _delete(self, name: str) -> None:
         try:
@@ -297,7 +160,7 @@ class ServerState:
         except ObjectNotFound:  # already gone, which is what was wanted
             return
         except httpx.HTTPError as exc:
-            raise ServerError(f"deleting {name}: {_api_problem(exc)}") from exc
+            raise ServerError(f"deleting {name}: {api_problem(exc)}") from exc
 
     # ------------------------------------------------------------------ actions
 
@@ -334,7 +197,7 @@ class ServerState:
                 name = drain_variable_name(self.cluster, node)
                 variable = when_not_busy(partial(client.read_variable_by_name, name))
         except httpx.HTTPError as exc:
-            raise ServerError(f"reading the drain record of {node}: {_api_problem(exc)}") from exc
+            raise ServerError(f"reading the drain record of {node}: {api_problem(exc)}") from exc
         if variable is None:
             return None
         try:
