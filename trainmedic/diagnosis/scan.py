@@ -50,7 +50,7 @@ _LABEL_PREFIX = re.compile(
     r"|^\(\w+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
     # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
-    r"|^\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
 )
 _HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx")
 _SYSLOG_PREFIX = re.compile(
