@@ -213,6 +213,11 @@ def test_launcher_prefixes_name_the_host() -> None:
         (f"(RayWorkerWrapper pid=92234, ip=172.19.24.110) RuntimeError: {fault}", "172.19.24.110"),
         ("srun: error: cn125: task 0: Segmentation fault (core dumped)", "cn125"),
         (
+            "208: [b1374:545909:0:545909] ud_ep.c:278 Fatal: UD endpoint 0xa to : "
+            "unhandled timeout error",
+            "b1374",
+        ),
+        (
             "[worker-0:2121 :0:7025] Caught signal 11 (Segmentation fault: address not mapped)",
             "worker-0",
         ),
