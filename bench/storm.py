@@ -47,6 +47,7 @@ from burst import (  # noqa: E402
     send_burst,
     set_worker_limit,
     triage_runs,
+    unrun,
     wait_settled,
 )
 from support.stack import DATABASE_URL_ENV, embedded_stack, fresh_database  # noqa: E402
@@ -125,9 +126,11 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         burst_at = time.time()
         first_sent = send_burst(events, stack.api_url)
         ids = {j.job_id for j in failed}
-        settled = wait_settled(backend, scheduler, ids, distinct, args.timeout)
+        settled = wait_settled(backend, scheduler, ids, events, args.timeout)
         time.sleep(args.quiet_s)  # a second (wrong) resubmission would come from a late run
-        runs = Counter(triage_runs().values())
+        seen = triage_runs()
+        runs = Counter(r.state for r in seen.values())
+        lost_events, superseded = unrun(events, seen)
         copies = Counter(dict.fromkeys(ids, 0))
         firsts: dict[str, float] = {}
         placed_bad = 0
@@ -148,7 +151,10 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         "suspected_switches": sorted({s for i in incidents for s in i.suspected_switches}),
         "resubmitted_once": sum(1 for n in copies.values() if n == 1),
         "resubmitted_twice": sum(1 for n in copies.values() if n > 1),
-        "lost": never + max(distinct - sum(runs.values()), 0),
+        # Failed jobs never resubmitted, and events that started no run (an older duplicate
+        # the trigger dropped after a newer one of its job is not lost: counted apart).
+        "lost": never + lost_events,
+        "older_duplicates_dropped": superseded,
         "placed_on_bad_node": placed_bad,
         "first_event_to_last_resubmit_s": round(max(firsts.values()) - burst_at, 1)
         if firsts
