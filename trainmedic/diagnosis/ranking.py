@@ -239,30 +239,23 @@ def _unproven_rivals(unproven: Sequence[Hit]) -> tuple[Rival, ...]:
             continue
         seen.add(hit.signature.id)
         if hit.signature.aftermath_of:
-            told.append(
-                Rival(
-                    category=hit.signature.category,
-                    score=round(score(hit), 3),
-                    signature=hit.signature.id,
-                    where=_where(hit),
-                    reason=(
-                        f"not counted: the aftermath of {' / '.join(hit.signature.aftermath_of)}"
-                        ", also in the logs"
-                    ),
-                )
+            reason = (
+                f"not counted: the aftermath of {' / '.join(hit.signature.aftermath_of)}"
+                ", also in the logs"
             )
-            continue
+        else:
+            reason = (
+                f"not counted: {hit.signature.id} only corroborates a "
+                f"{hit.signature.category} that another line proves, and none does (a "
+                "SIGKILL or exit code 137 alone is also scancel, preemption, KillWait)"
+            )
         told.append(
             Rival(
                 category=hit.signature.category,
                 score=round(score(hit), 3),
                 signature=hit.signature.id,
                 where=_where(hit),
-                reason=(
-                    f"not counted: {hit.signature.id} only corroborates a "
-                    f"{hit.signature.category} that another line proves, and none does (a "
-                    "SIGKILL or exit code 137 alone is also scancel, preemption, KillWait)"
-                ),
+                reason=reason,
             )
         )
     return tuple(told)
