@@ -126,11 +126,18 @@ def test_a_dead_peer_fails_the_pair_test_fast_and_clearly(tb: Settings) -> None:
 # ----------------------------------------------------------------------------- (b) (c) (d)
 
 
+# Slow below a quarter of the reference, not the production half: the testbed's bandwidth is
+# gloo on shared CPUs, and a healthy pair's figure moved 2.6x between two rounds of one CI run
+# (0.55 GB/s, then under 0.21); the throttled node is 30-50x below a healthy pair.
+TESTBED_SLOW_RATIO = 0.25
+
+
 def locate(nodes: str = "node[001-004]") -> object:
     """The real flow, on the testbed's Slurm: it holds the idle nodes (a reservation) first."""
     from flows.locate import LocateRequest, locate_faulty_nodes
 
-    result = locate_faulty_nodes(LocateRequest(nodes=nodes, test_timeout_s=40))
+    request = LocateRequest(nodes=nodes, test_timeout_s=40, slow_ratio=TESTBED_SLOW_RATIO)
+    result = locate_faulty_nodes(request)
     print(
         f"locate: faulty={result.faulty} slow={result.slow} undetermined={result.undetermined} "
         f"rounds={result.rounds} tests={result.tests_run} wall={result.wall_s:.1f}s "
@@ -158,7 +165,7 @@ def test_throttled_node_is_located_as_slow(prefect_server, slurm_tb: Settings) -
     facts = pair_test(["node001", "node002"])
     print(f"throttled pair node001,node002: {facts['busbw_gbps']} GB/s")
     assert int(str(facts["rc"])) == 0
-    assert float(str(facts["busbw_gbps"])) < 0.5 * (result.reference_gbps or 0.0)
+    assert float(str(facts["busbw_gbps"])) < TESTBED_SLOW_RATIO * (result.reference_gbps or 0.0)
 
 
 def test_unreachable_node_is_reported_and_the_rest_carry_on(
