@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency",
         type=int,
-        help=f"default {DEFAULT_CONCURRENCY}; with --real-flow the runbook's own (64)",
+        help=f"default {DEFAULT_CONCURRENCY}; with --real-flow the runbook's own (256)",
     )
     parser.add_argument("--sizes", help="default 16,64,256,1024; 64,256,1024 with --real-flow")
     parser.add_argument("--repeat", type=int, default=3)

@@ -122,3 +122,33 @@ def test_a_run_over_hundreds_of_hosts_names_them_all() -> None:
     assert variables["trainmedic_target"] == ":".join(hosts)
     with pytest.raises(InputError):
         playbook_vars({"trainmedic_reason": "x" * 600}, hosts)  # free text still limited
+
+
+@pytest.mark.parametrize(
+    ("targets", "groups"),
+    [
+        (["node001", "node003"], ["node001,node002", "node003,node009"]),  # unknown node
+        (["node001", "node003"], ["node001,node002", "node003"]),  # a group of one
+        (["node001", "node003"], ["node001,node002", "node003,node003"]),  # twice in a group
+        (["node001", "node003"], ["node001,node002"]),  # a target leading no group
+        (["node001"], ["node001,node002", "node001,node003"]),  # one leader, two groups
+    ],
+    ids=["unknown", "single", "repeated", "no group", "two groups"],
+)
+def test_a_batch_with_one_invalid_group_runs_no_test(sim, targets, groups) -> None:
+    """The pair-test batch is checked once, as a whole: one bad group and no test runs."""
+    result = run_playbook("nccl_pair_test.yml", targets, {"trainmedic_pair_groups": groups})
+    assert result.facts == {host: {} for host in targets}  # no host recorded a test result
+    # Checked once, on the first target, which fails; the play ends there for all of them.
+    assert result.hosts[targets[0]] is HostOutcome.failed
+    assert HostOutcome.ok not in result.hosts.values()
+
+
+def test_a_valid_batch_runs_every_group(sim) -> None:
+    groups = ["node001,node002", "node003,node004,node005"]
+    result = run_playbook(
+        "nccl_pair_test.yml", ["node001", "node003"], {"trainmedic_pair_groups": groups}
+    )
+    for leader, group in (("node001", groups[0]), ("node003", groups[1])):
+        found = result.facts[leader]["trainmedic_nccl_result"]
+        assert found["hosts"] == group.split(",") and int(found["rc"]) == 0

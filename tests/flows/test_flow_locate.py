@@ -252,6 +252,25 @@ def test_batches_bound_the_tests_running_at_once() -> None:
     assert [[len(b) for b in w] for w in plan_batches(groups, 3, 32)] == [[3], [3], [3], [1]]
 
 
+@pytest.mark.parametrize(
+    ("tests", "cores", "concurrency", "sizes"),
+    [
+        (128, 2, 256, [[32, 32, 32, 32]]),  # 256 nodes: one wave, two runs per core
+        (128, 8, 256, [[16] * 8]),  # more cores, more runs, never under 16 tests
+        (10, 2, 256, [[10]]),  # a small round: one run, not four runs of three
+        (512, 2, 256, [[64] * 4, [64] * 4]),  # 1024 nodes: two waves of 256
+        (2, 4, 256, [[2]]),
+    ],
+)
+def test_batches_are_sized_to_the_controller_by_default(tests, cores, concurrency, sizes) -> None:
+    from flows.locate import plan_batches
+
+    groups = [(f"n{i}a", f"n{i}b") for i in range(tests)]
+    waves = plan_batches(groups, concurrency, None, cores)
+    assert [[len(b) for b in w] for w in waves] == sizes
+    assert [g for w in waves for b in w for g in b] == groups  # each test once, in order
+
+
 def _played(facts: dict[str, object] | None, outcome: str = "ok"):  # type: ignore[no-untyped-def]
     from trainmedic.core.models import PlaybookResult
 

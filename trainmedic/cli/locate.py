@@ -51,7 +51,7 @@ def register(add: AddCommand) -> None:
     parser.add_argument("--seed", type=int, default=None, help="pairing seed")
     parser.add_argument("--slow-ratio", type=float, default=0.5, help="slow below this share")
     parser.add_argument(
-        "--concurrency", type=int, default=None, help="tests running at once (flow: 64)"
+        "--concurrency", type=int, default=None, help="tests running at once (flow: 256)"
     )
     sim = parser.add_argument_group("simulation (no cluster needed)")
     sim.add_argument("--simulate", type=int, metavar="N", help="N simulated nodes")

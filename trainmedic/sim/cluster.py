@@ -18,7 +18,8 @@ from trainmedic.core import validate
 from trainmedic.core.errors import InputError
 from trainmedic.core.files import read_json, write_json_atomic
 from trainmedic.core.models import NodePlace
-from trainmedic.core.settings import REPO_ROOT
+from trainmedic.core.settings import REPO_ROOT, get_settings
+from trainmedic.sim.faults import STATE, NodeFault
 from trainmedic.sim.hardware import (
     ECC_PER_FAULT,
     HARDWARE,
@@ -26,7 +27,6 @@ from trainmedic.sim.hardware import (
     MEMORY_FAULTS,
     NVLINK_CRC_PER_FAULT,
     XID_OF,
-    NodeFault,
     NodeStatus,
     append_kernel_log,
     boot,
@@ -70,6 +70,7 @@ class SimCluster:
         if not 1 <= gpus_per_node <= 16:
             raise InputError("gpus_per_node", gpus_per_node, "must be between 1 and 16")
         validate.hostname(f"{prefix}0001", "prefix")
+        settings = get_settings()
         width = max(3, len(str(n_nodes)))
         names = [f"{prefix}{i:0{width}d}" for i in range(1, n_nodes + 1)]
         if self.nodes_dir.exists():
@@ -87,6 +88,9 @@ class SimCluster:
                 "nodes": names,
                 "gpus_per_node": gpus_per_node,
                 "topology": topology,
+                # The fabric's timing, read by every simulated pair test (trainmedic.sim.fabric).
+                "test_seconds": settings.sim_test_seconds,
+                "hang_seconds": settings.sim_hang_seconds,
                 "created": time.time(),
             },
         )
@@ -96,15 +100,17 @@ class SimCluster:
         node_dir = self.nodes_dir / name
         bin_dir = node_dir / "bin"
         bin_dir.mkdir(parents=True)
-        write_json_atomic(node_dir / "state.json", NodeStatus(name=name).model_dump())
+        write_json_atomic(node_dir / STATE, NodeStatus(name=name).model_dump())
         boot(node_dir, time.time())
         for command in COMMANDS:
             wrapper = bin_dir / command
             # The wrapper stands where the real binary would; the argument vector is passed
             # through untouched ("$@"), never re-parsed by a shell.
+            # The pair test has a module of its own, light to start (trainmedic.sim.fabric).
+            module = "fabric" if command == "all_gather_perf" else "node"
             wrapper.write_text(
                 "#!/bin/sh\n"
-                f'exec "{sys.executable}" -m trainmedic.sim.node --node-dir "{node_dir}" '
+                f'exec "{sys.executable}" -m trainmedic.sim.{module} --node-dir "{node_dir}" '
                 f'{command} "$@"\n'
             )
             wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -169,7 +175,7 @@ class SimCluster:
 
     def check_node(self, name: str, field: str = "node") -> str:
         validate.hostname(name, field)
-        if not (self.nodes_dir / name / "state.json").exists():
+        if not (self.nodes_dir / name / STATE).exists():
             raise InputError(field, name, "no such node in the simulated cluster")
         return name
 
@@ -195,7 +201,7 @@ class SimCluster:
         node_dir = self.nodes_dir / self.check_node(name)
         at = time.time() if at is None else at
         status = NodeStatus(name=name, fault=fault, gpu=gpu, since=at)
-        write_json_atomic(node_dir / "state.json", status.model_dump())
+        write_json_atomic(node_dir / STATE, status.model_dump())
         hardware = read_hardware(node_dir)
         hardware.booted = min(hardware.booted, at - 60)
         counters = hardware.gpu(gpu)
@@ -228,7 +234,7 @@ class SimCluster:
         at = time.time() if at is None else at
         old = node_status(node_dir)
         status = NodeStatus(name=name, since=at)
-        write_json_atomic(node_dir / "state.json", status.model_dump())
+        write_json_atomic(node_dir / STATE, status.model_dump())
         hardware = read_hardware(node_dir)
         for counters in hardware.gpus:
             counters.ecc_dbe_volatile = 0

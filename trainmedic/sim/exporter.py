@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from trainmedic.sim.cluster import SimCluster
-from trainmedic.sim.hardware import NodeFault, gpu_temperature, pci_bus_id, read_hardware
+from trainmedic.sim.faults import NodeFault
+from trainmedic.sim.hardware import gpu_temperature, pci_bus_id, read_hardware
 
 FAMILIES = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),

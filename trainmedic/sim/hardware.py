@@ -12,34 +12,18 @@ forgets the last Xid when it restarts with the node."""
 from __future__ import annotations
 
 import time
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from trainmedic.core.files import read_json, write_json_atomic
+from trainmedic.sim.faults import STATE, NodeFault
 
 # A file in a node's directory: its kernel log is refused to an unprivileged reader.
 KERNEL_LOG_RESTRICTED = "dmesg_restrict"
 KERNEL_LOG = "kern.log"
 HARDWARE = "hardware.json"
 DRIVER = "550.127.05"
-
-
-class NodeFault(StrEnum):
-    healthy = "healthy"
-    xid79 = "xid79"  # GPU fallen off the bus
-    ecc = "ecc"  # uncorrectable ECC (Xid 48, row remap Xid 63): a GPU reset remaps the row
-    # Uncorrectable ECC and the row remap failed (Xid 48, Xid 64): out of spare rows, no
-    # reset or reboot fixes it (NVIDIA's RMA policy).
-    rowremap = "rowremap"
-    nvlink = "nvlink"  # NVLink fatal error (Xid 74)
-    slow = "slow"  # degraded link: works, at a fraction of the bandwidth
-    down = "down"  # unreachable: no ssh, no scheduler heartbeat
-    # Its fabric link is gone (its leaf switch died, or its NIC port): ssh, GPUs and the
-    # scheduler are fine, but collectives with other nodes fail (NCCL timeouts, pair tests).
-    link = "link"
-    overheat = "overheat"  # thermal slowdown
 
 
 class NodeStatus(BaseModel):
@@ -117,8 +101,6 @@ XID_OF = {
     NodeFault.nvlink: 74,
     NodeFault.overheat: 62,
 }
-# Faults that crash a rank on the faulty GPU (the others slow the job or cut it off).
-GPU_FAULTS = (NodeFault.xid79, NodeFault.ecc, NodeFault.rowremap, NodeFault.nvlink)
 MEMORY_FAULTS = (NodeFault.ecc, NodeFault.rowremap)
 # What clears each fault, as on real hardware. A GPU reset (nvidia-smi -r) applies a pending
 # row remap and retrains NVLinks; a GPU lost from the bus needs the OS to find it again (a
@@ -131,7 +113,7 @@ NVLINK_CRC_PER_FAULT = 1843
 
 
 def node_status(node_dir: Path) -> NodeStatus:
-    data = read_json(node_dir / "state.json")
+    data = read_json(node_dir / STATE)
     if data is None:
         return NodeStatus(name=node_dir.name, fault=NodeFault.down)
     return NodeStatus.model_validate(data)
@@ -202,9 +184,7 @@ def reset_gpu(node_dir: Path, gpu: int, *, at: float | None = None) -> bool:
     write_json_atomic(node_dir / HARDWARE, hardware.model_dump())
     append_kernel_log(node_dir, [f"NVRM: GPU at {pci_bus_id(gpu)} has been reset."], at=at)
     if status.gpu == gpu and status.fault in CLEARED_BY_RESET:
-        write_json_atomic(
-            node_dir / "state.json", NodeStatus(name=status.name, since=at).model_dump()
-        )
+        write_json_atomic(node_dir / STATE, NodeStatus(name=status.name, since=at).model_dump())
     return True
 
 
@@ -216,8 +196,6 @@ def reboot(node_dir: Path, *, at: float | None = None) -> None:
     at = time.time() if at is None else at
     boot(node_dir, at)
     if status.fault in CLEARED_BY_REBOOT:
-        write_json_atomic(
-            node_dir / "state.json", NodeStatus(name=status.name, since=at).model_dump()
-        )
+        write_json_atomic(node_dir / STATE, NodeStatus(name=status.name, since=at).model_dump())
     elif status.fault is not NodeFault.healthy:
         append_kernel_log(node_dir, xid_lines(status.fault, status.gpu), at=at + 1)

@@ -26,7 +26,8 @@ from trainmedic.adapters.checkpoints import MANIFEST, checkpoint_dirname, sha256
 from trainmedic.core.files import read_json, write_json_atomic
 from trainmedic.core.models import JobSpec
 from trainmedic.core.settings import get_settings
-from trainmedic.sim.hardware import GPU_FAULTS, NodeFault, node_status
+from trainmedic.sim.faults import GPU_FAULTS, NodeFault
+from trainmedic.sim.hardware import node_status
 
 SHARD_BYTES = 64 * 1024
 NCCL_TIMEOUT_MS = 600_000

@@ -1,26 +1,24 @@
 """Simulated node commands: ``python -m trainmedic.sim.node --node-dir DIR COMMAND ARGS...``.
 
 Each behaves like the real tool on a node in the given fault state: same output format, same
-exit codes, and the same way of failing (nvidia-smi on a lost GPU exits 15; an allgather with
-a broken peer fails with NCCL errors; one with an unreachable peer hangs until killed).
+exit codes, and the same way of failing (nvidia-smi on a lost GPU exits 15; dcgmi diag fails
+the NVLink test on a node with an NVLink fault). The pair test, all_gather_perf, is
+:mod:`trainmedic.sim.fabric`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import os
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
+from trainmedic.sim.fabric import GPU_NAME
+from trainmedic.sim.faults import NodeFault
 from trainmedic.sim.hardware import (
-    GPU_FAULTS,
     KERNEL_LOG_RESTRICTED,
     MEMORY_FAULTS,
     Hardware,
-    NodeFault,
     NodeStatus,
     gpu_temperature,
     kernel_records,
@@ -31,10 +29,6 @@ from trainmedic.sim.hardware import (
     reset_gpu,
 )
 
-GPU_NAME = "NVIDIA H100 80GB HBM3"
-HEALTHY_BUSBW_GBPS = 46.0
-SLOW_FACTOR = 0.12
-OVERHEAT_FACTOR = 0.7
 LOST_GPU_RC = 15
 
 
@@ -251,116 +245,10 @@ def boot_id(node_dir: Path, argv: list[str]) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- allgather
-
-
-def all_gather_perf(node_dir: Path, argv: list[str]) -> int:
-    """nccl-tests ``all_gather_perf`` across ``--hosts a,b``; run on the first host."""
-    parser = argparse.ArgumentParser(prog="all_gather_perf")
-    parser.add_argument("-b", "--minbytes", default="1G")
-    parser.add_argument("-e", "--maxbytes", default="1G")
-    parser.add_argument("-f", "--stepfactor", default="2")
-    parser.add_argument("-g", "--ngpus", type=int, default=1)
-    parser.add_argument("--hosts", required=True)
-    args, _ = parser.parse_known_args(argv)
-    hosts = [h for h in args.hosts.split(",") if h]
-    statuses = [node_status(node_dir.parent / h) for h in hosts]
-    # Imported here: the other tools (nvidia-smi, dmesg... run many times per playbook on the
-    # controller, where the real ones would run on the nodes) do not pay for the settings.
-    from trainmedic.core.settings import get_settings
-
-    seconds = get_settings().sim_test_seconds
-    size = _parse_size(args.maxbytes)
-    nranks = len(hosts) * args.ngpus
-
-    print(
-        f"# nThread 1 nGpus {args.ngpus} minBytes {size} maxBytes {size} step: 2(factor) "
-        "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices"
-    )
-    for rank, (host, status) in enumerate(zip(hosts, statuses, strict=True)):
-        if status.fault is not NodeFault.down:
-            print(
-                f"#  Rank {rank:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device  0 "
-                f"[0x1b] {GPU_NAME}"
-            )
-    sys.stdout.flush()
-
-    if any(s.fault is NodeFault.down for s in statuses):
-        # Bootstrap never completes with a peer that is gone: the real test hangs here.
-        time.sleep(get_settings().sim_hang_seconds)
-        return 1
-    broken = [s for s in statuses if s.fault in GPU_FAULTS]
-    time.sleep(seconds)
-    cut_off = [s for s in statuses if s.fault is NodeFault.link]
-    if cut_off and not broken:
-        for status in cut_off:
-            # What NCCL's IB transport reports once its retries to a dead port run out.
-            print(
-                f"{status.name}: NCCL WARN NET/IB : Got completion from peer with error 12, "
-                "opcode 0, len 0, vendor err 129 (Recv)\n"
-                f"{status.name}: Test NCCL failure common.cu:1279 'remote process exited or "
-                "there was a network error'"
-            )
-        return 1
-    if broken:
-        for status in broken:
-            message = {
-                NodeFault.xid79: "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
-                NodeFault.ecc: "uncorrectable ECC error encountered",
-                NodeFault.rowremap: "uncorrectable ECC error encountered",
-                NodeFault.nvlink: "an illegal memory access was encountered",
-            }[status.fault]
-            print(
-                f"{status.name}: Test NCCL failure common.cu:1279 '{message}'\n"
-                f" .. {status.name} pid {os.getpid()}: Test failure common.cu:1100"
-            )
-        return 1
-
-    factor = 1.0
-    for status in statuses:
-        if status.fault is NodeFault.slow:
-            factor = min(factor, SLOW_FACTOR)
-        elif status.fault is NodeFault.overheat:
-            factor = min(factor, OVERHEAT_FACTOR)
-    busbw = HEALTHY_BUSBW_GBPS * factor * _jitter(",".join(sorted(hosts)))
-    algbw = busbw * nranks / max(nranks - 1, 1)
-    time_us = size / (algbw * 1e3)
-    print("#")
-    print(
-        "#                                                              out-of-place"
-        "                       in-place"
-    )
-    print(
-        "#       size         count      type   redop    root     time   algbw   busbw"
-        " #wrong     time   algbw   busbw #wrong"
-    )
-    print(
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
-        "            (us)  (GB/s)  (GB/s)"
-    )
-    print(
-        f"{size:>12d}  {size // 4 // nranks:>12d}     float    none      -1 {time_us:8.1f} "
-        f"{algbw:7.2f} {busbw:7.2f}      0 {time_us:8.1f} {algbw:7.2f} {busbw:7.2f}      0"
-    )
-    print("# Out of bounds values : 0 OK")
-    print(f"# Avg bus bandwidth    : {busbw:.4f}")
-    print("#")
-    return 0
-
-
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
 COMMANDS = {
     "nvidia-smi": nvidia_smi,
     "dmesg": dmesg,
     "dcgmi": dcgmi,
-    "all_gather_perf": all_gather_perf,
     "reboot": reboot_command,
     "boot-id": boot_id,
 }
