@@ -60,3 +60,19 @@ def test_a_busy_server_is_asked_again_soon_and_a_refusal_is_not(monkeypatch) -> 
     busy = httpx.HTTPStatusError("busy", request=request, response=httpx.Response(503))
     with pytest.raises(httpx.HTTPStatusError):  # still busy after every retry: raised
         when_not_busy(lambda: (_ for _ in ()).throw(busy))
+
+
+def test_the_fast_client_never_retries_and_follows_the_settings_in_force() -> None:
+    """No retries of Prefect's own (when_not_busy retries, sooner), without rebuilding the
+    settings on every request, and never with settings that are no longer in force."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    from trainmedic.adapters.server_lock import fast_client
+
+    for url in ("http://127.0.0.1:9/api", "http://127.0.0.1:10/api", "http://127.0.0.1:9/api"):
+        with temporary_settings({PREFECT_API_URL: url, PREFECT_CLIENT_MAX_RETRIES: 5}):
+            for _ in range(2):
+                with fast_client() as client:
+                    assert PREFECT_CLIENT_MAX_RETRIES.value() == 0
+                    assert str(client.api_url).startswith(url)
+            assert PREFECT_CLIENT_MAX_RETRIES.value() == 5  # restored after each use

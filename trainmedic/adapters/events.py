@@ -11,6 +11,7 @@ import uuid
 
 import httpx
 
+from trainmedic.adapters.http import http_client
 from trainmedic.core.errors import ServerError
 from trainmedic.core.models import JobEvent
 
@@ -74,7 +75,7 @@ def emit(
 
         headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+        with http_client(timeout_s, transport) as client:
             response = client.post(f"{api_url.rstrip('/')}/events", json=[body], headers=headers)
             response.raise_for_status()
     except httpx.HTTPError as exc:

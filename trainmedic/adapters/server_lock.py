@@ -24,8 +24,10 @@ from uuid import UUID
 
 import httpx
 from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.context import SettingsContext, get_settings_context
 from prefect.exceptions import ObjectAlreadyExists
-from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+from prefect.settings import Settings as PrefectSettings
 
 from trainmedic.core.errors import ServerError
 
@@ -47,11 +49,32 @@ _log = logging.getLogger(__name__)
 _jitter = secrets.SystemRandom()  # waiters spread out, not in step
 
 
+# The settings without client retries, derived once per settings in force (the last one):
+# Prefect's temporary_settings rebuilds and validates the whole Settings model on each entry,
+# which was a fifth of a triage run's CPU in a burst of failures (bench/burst.py, py-spy).
+_no_retries: list[tuple[PrefectSettings, PrefectSettings]] = []
+
+
+def _settings_without_retries(settings: PrefectSettings) -> PrefectSettings:
+    for base, derived in _no_retries:
+        if base is settings:
+            return derived
+    derived = settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
+    _no_retries[:] = [(settings, derived)]
+    return derived
+
+
 @contextlib.contextmanager
 def fast_client() -> Iterator[SyncPrefectClient]:
-    """A Prefect client whose requests do not retry by themselves, for :func:`when_not_busy`."""
-    with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}), get_client(sync_client=True) as c:
-        yield c
+    """A Prefect client whose requests do not retry by themselves, for :func:`when_not_busy`
+    (the retry count is read per request, from the settings in force)."""
+    context = get_settings_context()
+    settings = _settings_without_retries(context.settings)
+    with (
+        SettingsContext(profile=context.profile, settings=settings),
+        get_client(sync_client=True) as client,
+    ):
+        yield client
 
 
 def when_not_busy(call: Callable[[], T]) -> T:

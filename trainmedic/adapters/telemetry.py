@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from trainmedic.adapters.http import http_client
 from trainmedic.core import validate
 from trainmedic.core.errors import TelemetryError
 from trainmedic.core.models import GpuTelemetry
@@ -103,7 +104,7 @@ def fetch_gpu_telemetry(
 ) -> list[GpuTelemetry]:
     """GET ``url`` and return one record per (host, GPU). Raises TelemetryError."""
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+        with http_client(timeout_s, transport) as client:
             response = client.get(url, headers={"Accept": "text/plain"})
             response.raise_for_status()
     except httpx.HTTPError as exc:
@@ -174,7 +175,7 @@ def _instant_query(
     """One PromQL instant query at ``at``: the vector's results. Raises TelemetryError."""
     endpoint = url.rstrip("/") + "/api/v1/query"
     try:
-        with httpx.Client(timeout=timeout_s, transport=transport) as client:
+        with http_client(timeout_s, transport) as client:
             response = client.get(
                 endpoint, params={"query": query, "time": f"{at.timestamp():.3f}"}
             )
