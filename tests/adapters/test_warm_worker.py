@@ -58,3 +58,26 @@ def test_a_refused_worker_label_does_not_crash_the_run(monkeypatch) -> None:  # 
     worker = object.__new__(WarmProcessWorker)
     worker._logger = logging.getLogger("test")
     asyncio.run(worker._give_worker_labels_to_flow_run(uuid.uuid4()))  # no exception
+
+
+@pytest.mark.parametrize(
+    ("env", "bundle"),
+    [
+        ({"PREFECT_API_URL": "http://127.0.0.1:4200/api"}, True),  # plain HTTP: no CA needed
+        ({"PREFECT_API_URL": "https://prefect.example.org/api"}, False),  # TLS: certifi's
+        ({"PREFECT_API_URL": "http://h/api", "PREFECT_API_SSL_CERT_FILE": "/etc/site.pem"}, False),
+        ({}, False),
+    ],
+    ids=["http", "https", "site bundle", "no url"],
+)
+def test_a_run_on_a_plain_http_api_loads_a_ca_bundle_that_trusts_nothing(env, bundle) -> None:
+    import ssl
+
+    from trainmedic.adapters.warm_worker import TRUSTS_NOTHING, plain_http_tls
+
+    assert plain_http_tls(env) == (
+        {"PREFECT_API_SSL_CERT_FILE": str(TRUSTS_NOTHING)} if bundle else {}
+    )
+    context = ssl.create_default_context(cafile=str(TRUSTS_NOTHING))
+    assert context.cert_store_stats()["x509_ca"] == 1  # its own self-signed one, keyless
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
