@@ -201,6 +201,30 @@ def test_line_prefix_hosts() -> None:
     assert diagnose(sources).root_cause_host == "node004 GPU 1"
 
 
+def test_a_shell_prompt_names_the_host_of_the_lines_after_it() -> None:
+    """A session pasted from two nodes: each line belongs to the prompt above it, not to the
+    first one, and a container's id or localhost in a prompt names no node."""
+
+    def host(name: str, lines: list[str]) -> str:
+        return (diagnose([LogSource.from_lines(name, lines)]).root_cause_host or "").split()[0]
+
+    xid = "NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, GPU has fallen off the bus."
+    session = [
+        "[admin@gpu-a01 ~]$ dmesg | grep -i xid",
+        "[admin@gpu-a01 ~]$ ssh gpu-a02",
+        "root@gpu-a02:~# dmesg | grep -i xid",
+        f"[Tue Mar  4 10:00:01 2025] {xid}",
+        "root@gpu-a02:~# exit",
+    ]
+    assert host("session.txt", session) == "gpu-a02"
+    for prompt in ("root@3f2a9c8e1b7d:/workspace# ", "user@localhost:~$ "):
+        lines = [prompt + "dmesg", xid]
+        assert host("node7.log", lines) == "node7"
+    # The line's own prefix still wins over the shell it was printed in.
+    lines = ["root@login1:~# pdsh -w gpu[1-2] dmesg", f"gpu2: {xid}"]
+    assert host("out.txt", lines) == "gpu2"
+
+
 def test_launcher_prefixes_name_the_host() -> None:
     """pdsh / DeepSpeed's runner ("host: ", an IP too), tagged output ("[host:5]:"), Ray's
     worker prefix ("(Worker pid=N, ip=...)"), srun's "error: host: task N" and UCX's crash

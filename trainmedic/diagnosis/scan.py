@@ -53,6 +53,13 @@ _LABEL_PREFIX = re.compile(
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
 )
 _HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx")
+# A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
+# prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
+# Not a container's default name (12 hex digits, the container, not the node) or localhost.
+_SHELL_PROMPT = re.compile(
+    rb"^\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] ", re.MULTILINE
+)
+_NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 _SYSLOG_PREFIX = re.compile(
     r"^(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?P<host>[A-Za-z][\w.-]*)\s+kernel:"
@@ -92,9 +99,11 @@ class _Bucket:
     first: list[Hit] = field(default_factory=list)
     last: deque[Hit] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
     count: int = 0
-    # While scanning: the latest matching lines past the first few, as (raw line, number);
-    # only those still here at the end become hits.
-    pending: deque[tuple[bytes, int]] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
+    # While scanning: the latest matching lines past the first few, as (raw line, number,
+    # shell prompt's host); only those still here at the end become hits.
+    pending: deque[tuple[bytes, int, str | None]] = field(
+        default_factory=lambda: deque(maxlen=KEEP_LAST)
+    )
 
     def hits(self) -> list[Hit]:
         return [*self.first, *self.last]
@@ -137,6 +146,7 @@ class _Scanner:
         self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
         self.loss_blocks: list[list[LossPoint]] = []
         self.scale_blocks: list[list[LossPoint]] = []
+        self.prompt_host: str | None = None  # the latest shell prompt's host, if any
 
     def run(self) -> None:
         carry = b""
@@ -167,11 +177,21 @@ class _Scanner:
         masked_lines = body.translate(MASK).split(b"\n")
         templates = set(masked_lines)
         flagged = {t for t in templates if self.prefilter(t)}
+        # (line offset, host) of each shell prompt in the body, in order; rare, so looked
+        # for only where an "@" is.
+        prompts = _prompts(body) if b"@" in body else []
         if flagged:
             raw_lines = body.split(b"\n")
+            upcoming = iter(prompts)
+            prompt = next(upcoming, None)
             for offset, template in enumerate(masked_lines):
+                while prompt is not None and prompt[0] <= offset:
+                    self.prompt_host = prompt[1]
+                    prompt = next(upcoming, None)
                 if template in flagged:
                     self._match_line(raw_lines[offset], first_line + offset)
+        if prompts:
+            self.prompt_host = prompts[-1][1]
         self._collect_loss(body, first_line)
         return first_line + len(masked_lines) - 1
 
@@ -216,18 +236,20 @@ class _Scanner:
                 bucket = buckets[signature.id] = _Bucket()
             bucket.count += 1
             if len(bucket.first) < KEEP_FIRST:
-                bucket.first.append(self._hit(signature, raw, line_no))
+                bucket.first.append(self._hit(signature, raw, line_no, self.prompt_host))
             else:
-                bucket.pending.append((raw, line_no))
+                bucket.pending.append((raw, line_no, self.prompt_host))
 
     def _finish_hits(self) -> None:
         by_id = {s.id: s for s in self.catalogue.signatures}
         for signature_id, bucket in self.result.buckets.items():
             signature = by_id[signature_id]
-            bucket.last.extend(self._hit(signature, raw, n) for raw, n in bucket.pending)
+            bucket.last.extend(self._hit(signature, *pending) for pending in bucket.pending)
             bucket.pending.clear()
 
-    def _hit(self, signature: Signature, raw: bytes, line_no: int) -> Hit:
+    def _hit(
+        self, signature: Signature, raw: bytes, line_no: int, prompt_host: str | None = None
+    ) -> Hit:
         text = line_text(raw)
         match = signature.regex.search(text)
         if match is None:  # the verdict said it matches: a bug, never a silent miss
@@ -252,7 +274,8 @@ class _Scanner:
             file=source.name,
             line=line_no,
             text=_excerpt(text, match.start()),
-            host=host if host is not None or signature.witness else source.host,
+            # The line's own prefix, else the shell it was printed in, else the file's name.
+            host=host if host is not None or signature.witness else prompt_host or source.host,
             rank=rank if rank is not None or signature.witness else source.rank,
             gpu=gpu,
             timestamp=timestamp,
@@ -282,6 +305,16 @@ def _attribute(text: str) -> Attribution:
             pci_match = _PCI.search(text)
             gpu = pci_match.group("pci") if pci_match else None
     return host, rank, gpu, _timestamp(text)
+
+
+def _prompts(body: bytes) -> list[tuple[int, str]]:
+    """(line offset in ``body``, host) of every shell prompt naming a node."""
+    found = []
+    for match in _SHELL_PROMPT.finditer(body):
+        host = match.group("host").decode("ascii", "replace").lower().rstrip(".")
+        if not _NOT_A_NODE.match(host):
+            found.append((body.count(b"\n", 0, match.start()), host))
+    return found
 
 
 def _timestamp(text: str) -> float | None:
