@@ -184,6 +184,23 @@ def test_a_stack_dump_is_a_hang_unless_a_crash_explains_it() -> None:
     assert diagnose([LogSource.from_lines("crash.txt", crash)]).category is Category.CUDAError
 
 
+def test_a_debugger_stack_in_nccl_or_a_device_sync_is_a_hang_unless_a_crash_explains_it() -> None:
+    """gdb / pstack frames of a process waiting in NCCL or on the device, and cuda-gdb's
+    running NCCL kernel: someone attached to a stuck job. Beside a crash, the crash wins."""
+    frames = [
+        "#0  0x00007f6939a424f3 in cuStreamSynchronize () from /usr/lib/libcuda.so.1",
+        "#1  0x00007f6b2e8057cb in ncclGroupEnd () from /usr/local/cuda/lib64/libnccl.so.2",
+    ]
+    kernels = [
+        "(cuda-gdb) info cuda kernels",
+        "*      0      -   0 52162520 Active 0x00000001 (1,1,1) (64,1,1) ncclAllReduceRingKernel()",
+    ]
+    for dump in (frames, kernels):
+        assert diagnose([LogSource.from_lines("gdb.txt", dump)]).category is Category.Hang
+    crash = ["Program received signal SIGSEGV, Segmentation fault.", *frames]
+    assert diagnose([LogSource.from_lines("gdb.txt", crash)]).category is Category.CUDAError
+
+
 def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     quiet = [
         f"gpu1505:22060:22171 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via NET/IB/0"
