@@ -72,7 +72,8 @@ class Settings(BaseSettings):
 
     # The simulated cluster: its DCGM exporter (started by `trainmedic up` on the sim), the
     # simulated trainer's seconds per step, a pair test's duration, and how long a test
-    # with a lost peer hangs (the real one never finishes).
+    # with a lost peer hangs (the real one never finishes). The last two are the simulated
+    # fabric's: written to the cluster's cluster.json when it is made (trainmedic.sim.fabric).
     sim_exporter_port: int = Field(default=9400, ge=1, le=65535)
     sim_step_seconds: float = Field(default=0.05, gt=0, le=3600)
     sim_test_seconds: float = Field(default=0.5, ge=0, le=3600)
