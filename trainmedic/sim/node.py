@@ -13,7 +13,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from trainmedic.sim.fabric import GPU_NAME
+from trainmedic.sim.fabric import CLUSTER, GPU_NAME
 from trainmedic.sim.faults import NodeFault
 from trainmedic.sim.hardware import (
     KERNEL_LOG_RESTRICTED,
@@ -33,18 +33,13 @@ LOST_GPU_RC = 15
 
 
 def _gpus(node_dir: Path) -> int:
-    cluster = node_dir.parent.parent / "cluster.json"
+    cluster = node_dir.parent.parent / CLUSTER
     try:
         import json
 
         return int(json.loads(cluster.read_text())["gpus_per_node"])
     except (OSError, ValueError, KeyError):
         return 4
-
-
-def _jitter(seed: str, spread: float = 0.03) -> float:
-    digest = hashlib.sha256(seed.encode()).digest()
-    return 1.0 + spread * ((digest[0] / 255.0) * 2 - 1)
 
 
 def _unreachable(status: NodeStatus) -> int:
