@@ -76,3 +76,50 @@ def test_the_fast_client_never_retries_and_follows_the_settings_in_force() -> No
                     assert PREFECT_CLIENT_MAX_RETRIES.value() == 0
                     assert str(client.api_url).startswith(url)
             assert PREFECT_CLIENT_MAX_RETRIES.value() == 5  # restored after each use
+
+
+def test_a_busy_answer_comes_back_at_once_without_prefects_back_off(monkeypatch) -> None:
+    """Prefect's client sleeps out a back-off even after its last try before it returns a
+    503 (2 s with retries off); the fast client raises it without sleeping, body readable,
+    and the next request on the same client is answered."""
+    import http.server
+    import threading
+
+    import prefect.client.base
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from trainmedic.adapters.server_lock import fast_client
+
+    answers = [503, 200]
+    seen: list[str] = []
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            status = answers.pop(0)
+            body = b'{"exception_message": "Service Unavailable"}' if status == 503 else b"[]"
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(prefect.client.base.time, "sleep", sleeps.append)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/api"
+        with temporary_settings({PREFECT_API_URL: url}), fast_client() as client:
+            with pytest.raises(httpx.HTTPStatusError) as busy:
+                client.hello()
+            assert busy.value.response.status_code == 503
+            assert "Service Unavailable" in busy.value.response.text
+            assert client.hello().status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sleeps == [] and len(seen) == 2 and not answers

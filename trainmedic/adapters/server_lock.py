@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import secrets
 import threading
 import time
@@ -49,32 +51,56 @@ _log = logging.getLogger(__name__)
 _jitter = secrets.SystemRandom()  # waiters spread out, not in step
 
 
-# The settings without client retries, derived once per settings in force (the last one):
-# Prefect's temporary_settings rebuilds and validates the whole Settings model on each entry,
-# which was a fifth of a triage run's CPU in a burst of failures (bench/burst.py, py-spy).
-_no_retries: list[tuple[PrefectSettings, PrefectSettings]] = []
+# Answers that mean "busy, ask again". Prefect's client sleeps out its back-off even after its
+# last try before it hands such an answer back (2 s with retries off: the two 503s of a single
+# triage were 4.5 of its 8 s); the fast client's response hook raises them at once instead.
+_BUSY_STATUS = frozenset({408, 429, 502, 503, 504})
 
 
-def _settings_without_retries(settings: PrefectSettings) -> PrefectSettings:
-    for base, derived in _no_retries:
-        if base is settings:
-            return derived
-    derived = settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
-    _no_retries[:] = [(settings, derived)]
-    return derived
+def _raise_when_busy(response: httpx.Response) -> None:
+    if response.status_code in _BUSY_STATUS:
+        response.read()  # the hook runs before the body is read; api_problem quotes it
+        response.raise_for_status()
+
+
+@dataclasses.dataclass(frozen=True)
+class _FastClient:
+    pid: int  # a forked child (the warm worker's runs) makes its own: sockets are not shared
+    base: PrefectSettings
+    settings: PrefectSettings  # ``base`` without client retries
+    client: SyncPrefectClient
+
+
+# One fast client per settings in force (the last one), kept open: a client built from
+# certifi's CAs costs 40 ms of CPU, and Prefect's temporary_settings rebuilds the whole
+# settings model on each entry (a fifth of a triage run's CPU in a burst, py-spy).
+_fast: list[_FastClient] = []
+
+
+def _fast_client_for(context: SettingsContext) -> _FastClient:
+    for fast in _fast:
+        if fast.base is context.settings and fast.pid == os.getpid():
+            return fast
+    settings = context.settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
+    with SettingsContext(profile=context.profile, settings=settings):
+        client = get_client(
+            sync_client=True, httpx_settings={"event_hooks": {"response": [_raise_when_busy]}}
+        )
+        client.__enter__()  # open for the life of the process; httpx clients are thread-safe
+    fast = _FastClient(os.getpid(), context.settings, settings, client)
+    _fast[:] = [fast]
+    return fast
 
 
 @contextlib.contextmanager
 def fast_client() -> Iterator[SyncPrefectClient]:
-    """A Prefect client whose requests do not retry by themselves, for :func:`when_not_busy`
-    (the retry count is read per request, from the settings in force)."""
+    """A Prefect client whose requests neither retry nor wait by themselves, for
+    :func:`when_not_busy`: a busy answer raises ``httpx.HTTPStatusError`` at once."""
     context = get_settings_context()
-    settings = _settings_without_retries(context.settings)
-    with (
-        SettingsContext(profile=context.profile, settings=settings),
-        get_client(sync_client=True) as client,
-    ):
-        yield client
+    fast = _fast_client_for(context)
+    # Prefect reads the retry count per request, from the settings in force.
+    with SettingsContext(profile=context.profile, settings=fast.settings):
+        yield fast.client
 
 
 def when_not_busy(call: Callable[[], T]) -> T:
