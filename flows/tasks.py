@@ -501,9 +501,11 @@ def restart_from(
     exclude: list[str],
     changes: dict[str, object],
     dry_run: bool,
+    verify: bool = True,
 ) -> tuple[JobInfo | None, list[ActionRecord]]:
-    """Resubmit ``job`` from ``checkpoint`` (None: from the beginning) and, unless a dry run,
-    wait until it trains again. Returns the new job and the actions for the report."""
+    """Resubmit ``job`` from ``checkpoint`` (None: from the beginning) and, unless a dry run
+    or ``verify`` is off (the caller verifies, several jobs at once), wait until it trains
+    again. Returns the new job and the actions for the report."""
     from_step = checkpoint.step if checkpoint else 0
     new_job = resubmit_job(job, checkpoint, exclude, changes, dry_run)
     if new_job is None:
@@ -515,7 +517,7 @@ def restart_from(
     actions = [
         ActionRecord(what="resubmit", target=f"job {job.job_id}", changed=True, outcome=outcome)
     ]
-    if not dry_run:
+    if verify and not dry_run:
         new_job, verified = verify_restart(new_job, from_step)
         actions.append(verified)
     return new_job, actions

@@ -17,6 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import wait
 from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +46,7 @@ from flows.tasks import (
     server_state,
     stop_job,
     tell_human,
+    verify_restart,
 )
 from trainmedic.adapters.scheduler import get_scheduler
 from trainmedic.core.models import (
@@ -321,6 +323,7 @@ class _Case(BaseModel):
     actions: list[ActionRecord] = []
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
+    verify_from: int | None = None  # resubmitted, to be seen training past this step
 
 
 def _diagnose(
@@ -435,7 +438,9 @@ def _remediate(
 
     for case in cases:
         _restart(case, exclude, incident, request)
-        if not dry_run:
+    _verify_restarts(cases)
+    if not dry_run:
+        for case in cases:
             case.actions.extend(_tell_humans(case.job, case.diagnosis, case.plan))
     if isolation is not None:
         isolation.finish()  # the marker is set (or its failure fails this run) before reporting
@@ -481,8 +486,26 @@ def _restart(case: _Case, exclude: list[str], incident: Incident, request: Triag
         exclude=exclude,
         changes=dict(case.plan.spec_changes),
         dry_run=request.dry_run,
+        verify=False,  # _verify_restarts: the incident's jobs together
     )
     case.actions.extend(restarted)
+    case.verify_from = None if request.dry_run or case.new_job is None else _step(case.checkpoint)
+
+
+def _step(checkpoint: Checkpoint | None) -> int:
+    return checkpoint.step if checkpoint else 0
+
+
+def _verify_restarts(cases: list[_Case]) -> None:
+    """Every resubmitted job trains again. The jobs are all resubmitted first, then watched
+    at once: each check waits on its own job's heartbeat (seconds, no CPU), and an incident's
+    eight jobs took eight of these waits in a row."""
+    watched = [c for c in cases if c.new_job is not None and c.verify_from is not None]
+    futures = [verify_restart.submit(c.new_job, c.verify_from) for c in watched]
+    wait(futures)
+    for case, future in zip(watched, futures, strict=True):
+        case.new_job, verified = future.result()  # a job that did not train again fails the run
+        case.actions.append(verified)
 
 
 def _report(
