@@ -32,10 +32,10 @@ def test_the_stack_starts_the_worker_it_is_told(tmp_path: Path, warm: bool, comm
     assert stack.status()["worker_kind"] == ("warm" if warm else "process")
 
 
-def test_a_refused_worker_label_does_not_crash_the_run(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Prefect's worker crashes a run whose worker labels the server refused (SQLite busy:
-    503 after the client's retries) before it starts; the labels are for the UI only, so the
-    warm worker logs it and the run goes ahead."""
+def test_a_worker_label_neither_delays_nor_crashes_the_run(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Prefect's worker awaits the run's worker labels before it submits the run (a 503 under
+    a storm: seconds of back-off) and crashes the run when they are refused; the labels are
+    for the UI only, so the warm worker sets them in the background and logs a refusal."""
     import asyncio
     import logging
     import uuid
@@ -50,14 +50,29 @@ def test_a_refused_worker_label_does_not_crash_the_run(monkeypatch) -> None:  # 
     busy = PrefectHTTPStatusError.from_httpx_error(
         httpx.HTTPStatusError("503", request=request, response=httpx.Response(503, request=request))
     )
+    answered: list[asyncio.Event] = []
 
     async def refused(self, flow_run_id):  # type: ignore[no-untyped-def]
+        await answered[0].wait()  # the server still retrying / backing off
         raise busy
 
     monkeypatch.setattr(BaseWorker, "_give_worker_labels_to_flow_run", refused)
-    worker = object.__new__(WarmProcessWorker)
-    worker._logger = logging.getLogger("test")
-    asyncio.run(worker._give_worker_labels_to_flow_run(uuid.uuid4()))  # no exception
+
+    async def submit() -> None:
+        answered.append(asyncio.Event())
+        worker = object.__new__(WarmProcessWorker)
+        worker._logger = logging.getLogger("test.warm")
+        worker._labelling = set()
+        # Returns with the label still pending (awaiting it would wait here for ever).
+        await asyncio.wait_for(worker._give_worker_labels_to_flow_run(uuid.uuid4()), 10)
+        assert len(worker._labelling) == 1
+        answered[0].set()
+        await asyncio.gather(*worker._labelling)  # no exception out of it
+        assert not worker._labelling
+
+    with caplog.at_level(logging.WARNING, logger="test.warm"):
+        asyncio.run(submit())
+    assert "worker labels not set" in caplog.text and "the run goes ahead" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ with the whole group at once (SIGKILL, a reboot) stay Running or Paused: nothing
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 from collections.abc import Mapping
@@ -208,12 +209,20 @@ class WarmProcessWorker(ProcessWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._warm = warm_context()
+        self._labelling: set[asyncio.Task[None]] = set()
 
     async def _give_worker_labels_to_flow_run(self, flow_run_id: UUID) -> None:
-        """Which worker ran it is a label for the UI, not part of running it: a server that
-        keeps refusing the label (SQLite busy under a storm: 503 after the client's retries)
-        must not crash a remediation before it starts, as Prefect's worker does (measured:
-        one of 150 triage runs of bench/burst.py, Crashed, never run)."""
+        """Which worker ran it is a label for the UI, not part of running it, so it is set in
+        the background. Prefect's worker awaits it before it submits the run: under a storm
+        SQLite refuses it with 503 (103 of 150 runs of bench/burst.py) and the client's back-off
+        (2 s, 4 s, ...) delayed each of those remediations; a label refused after every retry
+        crashed the run before it started (one of 150, measured). The run goes ahead either
+        way; a label never set is a warning in the worker's log."""
+        labelling = asyncio.create_task(self._label(flow_run_id))
+        self._labelling.add(labelling)  # a reference until done: asyncio keeps only weak ones
+        labelling.add_done_callback(self._labelling.discard)
+
+    async def _label(self, flow_run_id: UUID) -> None:
         try:
             await super()._give_worker_labels_to_flow_run(flow_run_id)
         except httpx.HTTPError as exc:  # PrefectHTTPStatusError (a 503) is one
