@@ -13,7 +13,12 @@ from pathlib import Path
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
-from trainmedic.diagnosis.xid import APPLICATION_XID, XidEntry, load_xid_catalogue
+from trainmedic.diagnosis.xid import (
+    APPLICATION_XID,
+    XidEntry,
+    load_xid_catalogue,
+    sxid_signature_tables,
+)
 
 __all__ = [
     "MASK",
@@ -207,6 +212,10 @@ def build_catalogue(
     xid = load_xid_catalogue() if xid is None else xid
     built = [
         *(_xid_signatures(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
+        *(
+            _signature_from_table(t, origin)
+            for t in (sxid_signature_tables(data["sxid"], origin) if "sxid" in data else [])  # type: ignore[arg-type]
+        ),
         *(_signature_from_table(e, origin) for e in data.get("signature", [])),  # type: ignore[attr-defined]
     ]
     replacing = dict(replacing or {})

@@ -22,12 +22,15 @@ from trainmedic.core.taxonomy import Category
 
 __all__ = [
     "APPLICATION_XID",
+    "SxidEntry",
     "XidEntry",
     "XidLine",
     "codes_for",
+    "load_sxid_catalogue",
     "load_xid_catalogue",
     "lookup",
     "parse_xid_line",
+    "sxid_signature_tables",
 ]
 
 # The signature id of application-class Xid lines (the job's own fault).
@@ -108,3 +111,68 @@ def parse_xid_line(line: str) -> XidLine | None:
         f".{match['function'] or '0'}"
     )
     return XidLine(code=int(match["code"]), pci_bus_id=bus_id)
+
+
+@dataclass(frozen=True)
+class SxidEntry:
+    """An NVSwitch SXid of the Fabric Manager user guide (``data/sxid_catalogue.csv``)."""
+
+    code: int
+    fatal: bool
+    category: Category
+
+
+def parse_sxid_catalogue(text: str, origin: str = "sxid_catalogue.csv") -> dict[int, SxidEntry]:
+    entries: dict[int, SxidEntry] = {}
+    for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        try:
+            entry = SxidEntry(
+                code=int(row["code"]),
+                fatal={"true": True, "false": False}[row["fatal"]],
+                category=Category(row["category"]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{origin}:{number}: bad row: {exc}") from exc
+        if entry.code in entries:
+            raise ConfigError(f"{origin}:{number}: SXid {entry.code} listed twice")
+        entries[entry.code] = entry
+    return entries
+
+
+@cache
+def load_sxid_catalogue() -> dict[int, SxidEntry]:
+    text = resources.files("trainmedic.diagnosis").joinpath("data", "sxid_catalogue.csv")
+    return parse_sxid_catalogue(text.read_text(encoding="utf-8"))
+
+
+def sxid_signature_tables(table: dict[str, object], origin: str) -> list[dict[str, object]]:
+    """The ``[sxid]`` table of signatures.toml as signature tables: per category of the SXid
+    catalogue, one for its fatal codes (``weights``) and one for the others
+    (``nonfatal_weight``). The switch's PCI address is not a GPU's: nothing is captured."""
+    try:
+        template = str(table["regex"])
+        weights = {Category(str(k)): float(v) for k, v in dict(table["weights"]).items()}  # type: ignore[call-overload]
+        nonfatal_weight = float(table["nonfatal_weight"])  # type: ignore[arg-type]
+        examples = [str(e) for e in table.get("examples", [])]  # type: ignore[attr-defined]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{origin}: bad [sxid] table: {exc}") from exc
+    sxid = load_sxid_catalogue()
+    tables: list[dict[str, object]] = []
+    for category, weight in weights.items():
+        for fatal, suffix, w in ((True, "", weight), (False, "-nonfatal", nonfatal_weight)):
+            codes = sorted(
+                c for c, e in sxid.items() if e.category is category and e.fatal is fatal
+            )
+            if not codes:
+                continue
+            regex = template.replace("{codes}", "|".join(map(str, codes)))
+            tables.append(
+                {
+                    "id": f"sxid-{category.value}{suffix}",
+                    "category": category.value,
+                    "weight": w,
+                    "regex": regex,
+                    "examples": [e for e in examples if re.search(regex, e)],
+                }
+            )
+    return tables
