@@ -14,10 +14,10 @@ from pathlib import Path
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.xid import (
-    APPLICATION_XID,
     XidEntry,
     load_xid_catalogue,
     sxid_signature_tables,
+    xid_signature_tables,
 )
 
 __all__ = [
@@ -143,55 +143,6 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
     )
 
 
-_XID_CODE_RE = re.compile(r"Xid \([^)]*\):? *(\d+)\b")
-
-
-def _xid_signatures(
-    table: dict[str, object], origin: str, xid: Mapping[int, XidEntry]
-) -> list[Signature]:
-    """One signature per category of NVIDIA's Xid catalogue (data/xid_catalogue.csv) that the
-    ``[xid]`` table weighs; each example goes to the signature of its code."""
-    try:
-        template = str(table["regex"])
-        weights = {Category(str(k)): float(v) for k, v in dict(table["weights"]).items()}  # type: ignore[call-overload]
-        application_weight = float(table["application_weight"])  # type: ignore[arg-type]
-        examples = [str(e) for e in table.get("examples", [])]  # type: ignore[attr-defined]
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{origin}: bad [xid] table: {exc}") from exc
-    by_code: dict[int, list[str]] = {}
-    for example in examples:
-        found = _XID_CODE_RE.search(example)
-        if found is None:
-            raise ConfigError(f"{origin}: [xid] example without an Xid code: {example!r}")
-        by_code.setdefault(int(found[1]), []).append(example)
-    groups: list[tuple[str, Category, float, list[int]]] = []
-    for category, weight in weights.items():
-        codes = sorted(c for c, e in xid.items() if e.category is category)
-        codes = [c for c in codes if xid[c].kind != "application"]
-        groups.append((f"xid-{category.value}", category, weight, codes))
-    # Application-class Xids: the job's own fault, told apart by their signature id so that
-    # the remediation plan sends them to the owner and never to a drain.
-    application = sorted(c for c, e in xid.items() if e.kind == "application")
-    groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application))
-    signatures = []
-    for sig_id, category, weight, codes in groups:
-        if not codes:
-            continue
-        signatures.append(
-            _signature_from_table(
-                {
-                    "id": sig_id,
-                    "category": category.value,
-                    "weight": weight,
-                    "regex": template.replace("{codes}", "|".join(map(str, codes))),
-                    "examples": [e for c in codes for e in by_code.get(c, [])],
-                },
-                origin,
-            )
-        )
-    return signatures
-
-
 def parse_catalogue(text: str, origin: str = "signatures.toml") -> Catalogue:
     try:
         data = tomllib.loads(text)
@@ -211,10 +162,12 @@ def build_catalogue(
     of those with their id (a site's overlay), the others of it come last."""
     xid = load_xid_catalogue() if xid is None else xid
     built = [
-        *(_xid_signatures(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
         *(
             _signature_from_table(t, origin)
-            for t in (sxid_signature_tables(data["sxid"], origin) if "sxid" in data else [])  # type: ignore[arg-type]
+            for t in [
+                *(xid_signature_tables(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
+                *(sxid_signature_tables(data["sxid"], origin) if "sxid" in data else []),  # type: ignore[arg-type]
+            ]
         ),
         *(_signature_from_table(e, origin) for e in data.get("signature", [])),  # type: ignore[attr-defined]
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -31,6 +32,7 @@ __all__ = [
     "lookup",
     "parse_xid_line",
     "sxid_signature_tables",
+    "xid_signature_tables",
 ]
 
 # The signature id of application-class Xid lines (the job's own fault).
@@ -145,34 +147,96 @@ def load_sxid_catalogue() -> dict[int, SxidEntry]:
     return parse_sxid_catalogue(text.read_text(encoding="utf-8"))
 
 
-def sxid_signature_tables(table: dict[str, object], origin: str) -> list[dict[str, object]]:
-    """The ``[sxid]`` table of signatures.toml as signature tables: per category of the SXid
-    catalogue, one for its fatal codes (``weights``) and one for the others
-    (``nonfatal_weight``). The switch's PCI address is not a GPU's: nothing is captured."""
+# ------------------------------------------------------------------ generated signatures
+#
+# signatures.toml's [xid] and [sxid] tables: a regex template with a {codes} hole, a weight per
+# category, one more weight (application Xids / non-fatal SXids) and examples. Each becomes
+# signature tables (dicts, as [[signature]] entries are), one per group of codes.
+
+_XID_CODE_RE = re.compile(r"Xid \([^)]*\):? *(\d+)\b")
+_Group = tuple[str, Category, float, list[int]]  # signature id, category, weight, codes
+
+
+def _code_table(
+    table: dict[str, object], origin: str, name: str, other_weight: str
+) -> tuple[str, dict[Category, float], float, list[str]]:
     try:
         template = str(table["regex"])
         weights = {Category(str(k)): float(v) for k, v in dict(table["weights"]).items()}  # type: ignore[call-overload]
-        nonfatal_weight = float(table["nonfatal_weight"])  # type: ignore[arg-type]
+        other = float(table[other_weight])  # type: ignore[arg-type]
         examples = [str(e) for e in table.get("examples", [])]  # type: ignore[attr-defined]
     except (KeyError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{origin}: bad [sxid] table: {exc}") from exc
-    sxid = load_sxid_catalogue()
+        raise ConfigError(f"{origin}: bad [{name}] table: {exc}") from exc
+    return template, weights, other, examples
+
+
+def _code_signature_tables(
+    template: str, groups: list[_Group], examples: Callable[[list[int], str], list[str]]
+) -> list[dict[str, object]]:
+    """A signature table per group with codes; ``examples(codes, regex)``: the group's."""
     tables: list[dict[str, object]] = []
-    for category, weight in weights.items():
-        for fatal, suffix, w in ((True, "", weight), (False, "-nonfatal", nonfatal_weight)):
-            codes = sorted(
-                c for c, e in sxid.items() if e.category is category and e.fatal is fatal
-            )
-            if not codes:
-                continue
-            regex = template.replace("{codes}", "|".join(map(str, codes)))
-            tables.append(
-                {
-                    "id": f"sxid-{category.value}{suffix}",
-                    "category": category.value,
-                    "weight": w,
-                    "regex": regex,
-                    "examples": [e for e in examples if re.search(regex, e)],
-                }
-            )
+    for sig_id, category, weight, codes in groups:
+        if not codes:
+            continue
+        regex = template.replace("{codes}", "|".join(map(str, codes)))
+        tables.append(
+            {
+                "id": sig_id,
+                "category": category.value,
+                "weight": weight,
+                "regex": regex,
+                "examples": examples(codes, regex),
+            }
+        )
     return tables
+
+
+def xid_signature_tables(
+    table: dict[str, object], origin: str, xid: Mapping[int, XidEntry]
+) -> list[dict[str, object]]:
+    """One signature per category of NVIDIA's Xid catalogue (data/xid_catalogue.csv) that the
+    ``[xid]`` table weighs; each example goes to the signature of its code."""
+    template, weights, application_weight, examples = _code_table(
+        table, origin, "xid", "application_weight"
+    )
+    by_code: dict[int, list[str]] = {}
+    for example in examples:
+        found = _XID_CODE_RE.search(example)
+        if found is None:
+            raise ConfigError(f"{origin}: [xid] example without an Xid code: {example!r}")
+        by_code.setdefault(int(found[1]), []).append(example)
+    groups: list[_Group] = []
+    for category, weight in weights.items():
+        codes = sorted(c for c, e in xid.items() if e.category is category)
+        codes = [c for c in codes if xid[c].kind != "application"]
+        groups.append((f"xid-{category.value}", category, weight, codes))
+    # Application-class Xids: the job's own fault, told apart by their signature id so that
+    # the remediation plan sends them to the owner and never to a drain.
+    application = sorted(c for c, e in xid.items() if e.kind == "application")
+    groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application))
+    return _code_signature_tables(
+        template, groups, lambda codes, _: [e for c in codes for e in by_code.get(c, [])]
+    )
+
+
+def sxid_signature_tables(table: dict[str, object], origin: str) -> list[dict[str, object]]:
+    """The ``[sxid]`` table: per category of the SXid catalogue, one signature for its fatal
+    codes (``weights``) and one for the others (``nonfatal_weight``). The switch's PCI address
+    is not a GPU's: nothing is captured."""
+    template, weights, nonfatal_weight, examples = _code_table(
+        table, origin, "sxid", "nonfatal_weight"
+    )
+    sxid = load_sxid_catalogue()
+    groups: list[_Group] = [
+        (
+            f"sxid-{category.value}{suffix}",
+            category,
+            w,
+            sorted(c for c, e in sxid.items() if e.category is category and e.fatal is fatal),
+        )
+        for category, weight in weights.items()
+        for fatal, suffix, w in ((True, "", weight), (False, "-nonfatal", nonfatal_weight))
+    ]
+    return _code_signature_tables(
+        template, groups, lambda _, regex: [e for e in examples if re.search(regex, e)]
+    )
