@@ -8,6 +8,7 @@ import uuid
 
 import httpx
 import pytest
+from support.http import serving
 
 from trainmedic.adapters.server_lock import server_mutex, when_not_busy
 
@@ -83,7 +84,6 @@ def test_a_busy_answer_comes_back_at_once_without_prefects_back_off(monkeypatch)
     503 (2 s with retries off); the fast client raises it without sleeping, body readable,
     and the next request on the same client is answered."""
     import http.server
-    import threading
 
     import prefect.client.base
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -109,17 +109,14 @@ def test_a_busy_answer_comes_back_at_once_without_prefects_back_off(monkeypatch)
 
     sleeps: list[float] = []
     monkeypatch.setattr(prefect.client.base.time, "sleep", sleeps.append)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/api"
-        with temporary_settings({PREFECT_API_URL: url}), fast_client() as client:
-            with pytest.raises(httpx.HTTPStatusError) as busy:
-                client.hello()
-            assert busy.value.response.status_code == 503
-            assert "Service Unavailable" in busy.value.response.text
-            assert client.hello().status_code == 200
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        serving(Busy) as url,
+        temporary_settings({PREFECT_API_URL: f"{url}/api"}),
+        fast_client() as client,
+    ):
+        with pytest.raises(httpx.HTTPStatusError) as busy:
+            client.hello()
+        assert busy.value.response.status_code == 503
+        assert "Service Unavailable" in busy.value.response.text
+        assert client.hello().status_code == 200
     assert sleeps == [] and len(seen) == 2 and not answers

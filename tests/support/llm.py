@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
+
+from support.http import serving
 
 
 class FakeModel(BaseHTTPRequestHandler):
@@ -41,13 +42,8 @@ class FakeModel(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def model_endpoint(reply: str, status: int = 200) -> Iterator[str]:
     """Serve ``reply`` as the model's answer; yields the base URL."""
-    httpd = HTTPServer(("127.0.0.1", 0), FakeModel)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     FakeModel.seen = []
     FakeModel.status = status
     FakeModel.reply = reply
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(FakeModel) as url:
+        yield url

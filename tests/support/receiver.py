@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
+
+from support.http import serving
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -26,11 +27,6 @@ class Receiver(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def receiving() -> Iterator[str]:
     """A receiver listening for the block; yields its URL. ``Receiver.posts`` starts empty."""
-    httpd = HTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     Receiver.posts = []
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/hook"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Receiver) as url:
+        yield f"{url}/hook"
