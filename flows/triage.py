@@ -323,7 +323,6 @@ class _Case(BaseModel):
     actions: list[ActionRecord] = []
     checkpoint: Checkpoint | None = None
     new_job: JobInfo | None = None
-    verify_from: int | None = None  # resubmitted, to be seen training past this step
 
 
 def _diagnose(
@@ -438,8 +437,8 @@ def _remediate(
 
     for case in cases:
         _restart(case, exclude, incident, request)
-    _verify_restarts(cases)
     if not dry_run:
+        _verify_restarts(cases)
         for case in cases:
             case.actions.extend(_tell_humans(case.job, case.diagnosis, case.plan))
     if isolation is not None:
@@ -489,19 +488,16 @@ def _restart(case: _Case, exclude: list[str], incident: Incident, request: Triag
         verify=False,  # _verify_restarts: the incident's jobs together
     )
     case.actions.extend(restarted)
-    case.verify_from = None if request.dry_run or case.new_job is None else _step(case.checkpoint)
-
-
-def _step(checkpoint: Checkpoint | None) -> int:
-    return checkpoint.step if checkpoint else 0
 
 
 def _verify_restarts(cases: list[_Case]) -> None:
     """Every resubmitted job trains again. The jobs are all resubmitted first, then watched
     at once: each check waits on its own job's heartbeat (seconds, no CPU), and an incident's
-    eight jobs took eight of these waits in a row."""
-    watched = [c for c in cases if c.new_job is not None and c.verify_from is not None]
-    futures = [verify_restart.submit(c.new_job, c.verify_from) for c in watched]
+    eight jobs took eight of these waits in a row. A rolled-back job is its runbook's to check."""
+    watched = [c for c in cases if c.new_job is not None and not _rolling_back(c)]
+    futures = [
+        verify_restart.submit(c.new_job, c.checkpoint.step if c.checkpoint else 0) for c in watched
+    ]
     wait(futures)
     for case, future in zip(watched, futures, strict=True):
         case.new_job, verified = future.result()  # a job that did not train again fails the run
