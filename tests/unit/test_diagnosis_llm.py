@@ -11,6 +11,7 @@ from support.llm import FakeModel, model_endpoint
 from trainmedic.core.settings import Settings
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis import LlmConfig, LogSource, diagnose, llm_config_from_settings
+from trainmedic.diagnosis.learned import NO_WORDS
 from trainmedic.diagnosis.llm import classify_with_llm, parse_llm_reply
 
 SECRET = "sk-test-very-secret-0123456789"
@@ -46,7 +47,7 @@ def test_llm_used_only_when_rules_fail(server: str) -> None:
 def test_unknown_label_becomes_unknown(server: str) -> None:
     FakeModel.reply = 'Sure! ```json\n{"category": "CosmicRay", "confidence": 0.99}\n```'
     config = LlmConfig(url=server + "/v1", model="tiny")
-    assert diagnose(unexplained(), llm=config).category is Category.Unknown
+    assert diagnose(unexplained(), llm=config, learned=NO_WORDS).category is Category.Unknown
 
 
 def test_server_error_never_leaks_the_key(server: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -60,7 +61,7 @@ def test_server_error_never_leaks_the_key(server: str, caplog: pytest.LogCapture
 
 def test_unreachable_endpoint_is_no_answer() -> None:
     config = LlmConfig(url="http://127.0.0.1:9", model="tiny", api_key=SECRET, timeout_s=1)
-    assert diagnose(unexplained(), llm=config).category is Category.Unknown
+    assert diagnose(unexplained(), llm=config, learned=NO_WORDS).category is Category.Unknown
 
 
 def test_config_from_settings_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,3 +1,4 @@
+import pytest
 from support.builders import job_info
 
 from trainmedic.core.models import Diagnosis, Evidence, JobInfo
@@ -130,11 +131,15 @@ def test_an_attempt_that_ended_well_ends_the_streak() -> None:
     assert failure_streak(job("9"), [job("9")]) == 1  # the failure at hand alone
 
 
-def test_llm_suggestion_waits_for_a_human() -> None:
-    suggested = diagnosis(Category.StorageError).model_copy(update={"source": "llm"})
+@pytest.mark.parametrize(("source", "said"), [("llm", "LLM"), ("learned", "word table")])
+def test_a_suggestion_no_rule_made_waits_for_a_human(source: str, said: str) -> None:
+    # GPUFallenOff would drain its origin and restart the job were a rule to say it
+    proven = diagnosis(Category.GPUFallenOff, "node001")
+    assert plan_remediation(proven, job()).drain == ("node001",)
+    suggested = proven.model_copy(update={"source": source})
     plan = plan_remediation(suggested, job())
-    assert not plan.restart and not plan.drain and plan.page_oncall
-    assert any("LLM" in r for r in plan.reasons)
+    assert not plan.restart and not plan.drain and not plan.locate and plan.page_oncall
+    assert any(said in r for r in plan.reasons)
 
 
 XID13 = (

@@ -176,7 +176,7 @@ class Diagnosis(Strict):
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: tuple[Evidence, ...] = ()
     remediation: Remediation
-    source: Literal["rules", "telemetry", "llm", "human"] = "rules"
+    source: Literal["rules", "telemetry", "llm", "learned", "human"] = "rules"
     # The winning evidence is only what every other rank sees (collective timeouts, aborts,
     # a stall inferred from silence): it never proves which host to drain.
     symptom_only: bool = False

@@ -23,6 +23,11 @@ GC_INTERVAL_STEPS = 50
 # pair test proves or clears a node, a human confirms a rollback. Settings.confidence_floor
 # (TRAINMEDIC_CONFIDENCE_FLOOR) sets it per installation; this is its default.
 DEFAULT_CONFIDENCE_FLOOR = 0.5
+# Diagnoses no rule made: a suggestion a human confirms before any action.
+SUGGESTIONS = {
+    "llm": "the LLM fallback's suggestion",
+    "learned": "the labelled corpus's word table's suggestion (no signature matched)",
+}
 
 
 class Plan(BaseModel):
@@ -87,10 +92,10 @@ def plan_remediation(
     ]
     origin = origin_node(diagnosis, job)
 
-    if diagnosis.source == "llm":
+    if diagnosis.source in SUGGESTIONS:
         reasons.append(
-            "the diagnosis is the LLM fallback's suggestion, not a rule's: a human confirms or "
-            "corrects it before anything is drained or restarted"
+            f"the diagnosis is {SUGGESTIONS[diagnosis.source]}, not a rule's: a human confirms "
+            "or corrects it before anything is drained or restarted"
         )
         return Plan(
             action=Action.investigate, origin_node=origin, page_oncall=True, reasons=tuple(reasons)

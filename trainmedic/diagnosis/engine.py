@@ -27,7 +27,9 @@ from trainmedic.core.models import Diagnosis, Evidence, GpuTelemetry
 from trainmedic.core.taxonomy import Category, layer_of, remediation_for
 from trainmedic.core.validate import HOSTNAME_RE
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature
-from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm
+from trainmedic.diagnosis.fallback import unexplained
+from trainmedic.diagnosis.learned import TokenModel, bundled_model
+from trainmedic.diagnosis.llm import LlmConfig
 from trainmedic.diagnosis.loss import find_loss_spike, find_scale_collapse
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.ranking import (
@@ -99,13 +101,14 @@ def diagnose(
     exit_code: int | None = None,
     llm: LlmConfig | None = None,
     catalogue: Catalogue | None = None,
+    learned: TokenModel | None = None,
 ) -> Diagnosis:
     """Diagnose one failed (or stuck) job from all of its logs.
 
     ``sources``: every log of the job (one per rank/host, dmesg, launcher). ``telemetry``:
     per-GPU readings of the job's nodes. ``heartbeat_age_s``: seconds since the job last
     made progress. ``exit_code``: what the scheduler reported. ``llm``: asked only when no
-    rule explains the logs.
+    rule explains the logs; then ``learned`` (the corpus's word table unless given).
     """
     cat = catalogue or site_catalogue()
     scans = [scan_source(source, index, cat) for index, source in enumerate(sources)]
@@ -129,7 +132,8 @@ def diagnose(
             index, line = silent
             ranked = candidates([_silence(scans[index], line)])
     if not ranked:
-        return _unknown(scans, hits, llm, unproven)
+        table = learned if learned is not None else bundled_model()
+        return _unknown(scans, hits, llm, table, unproven)
     fallout = explained(ranked)
     winner = pick([c for c in ranked if c.category not in fallout] or ranked)
     sure = confidence(winner, ranked, fallout, heartbeat_age_s, hang_after_s)
@@ -364,31 +368,17 @@ def _unknown(
     scans: Sequence[SourceScan],
     hits: Sequence[Hit],
     llm: LlmConfig | None,
+    learned: TokenModel | None,
     unproven: Sequence[Hit] = (),
 ) -> Diagnosis:
     context = [h for h in hits if h.signature.role is Role.context]
     places = _locations(context)
-    root = places[0] if len(places) == 1 else None
-    evidence = tuple(_to_evidence(h) for h in context[:MAX_OTHER_EVIDENCE])
-    if llm is not None and any(scan.tail for scan in scans):
-        answer = classify_with_llm({scan.source.name: scan.tail for scan in scans}, llm)
-        if answer is not None and answer.category is not Category.Unknown:
-            return Diagnosis(
-                category=answer.category,
-                layer=layer_of(answer.category),
-                root_cause_host=answer.root_cause_host or root,
-                confidence=answer.confidence,
-                evidence=evidence,
-                remediation=remediation_for(answer.category),
-                source="llm",
-            )
-    return Diagnosis(
-        category=Category.Unknown,
-        layer=layer_of(Category.Unknown),
-        root_cause_host=root,
-        confidence=0.1,
-        evidence=evidence,
-        remediation=remediation_for(Category.Unknown),
-        symptom_only=True,
+    return unexplained(
+        {scan.source.name: scan.tail for scan in scans},
+        evidence=tuple(_to_evidence(h) for h in context[:MAX_OTHER_EVIDENCE]),
+        root=places[0] if len(places) == 1 else None,
         rivals=rivals(None, [], {}, unproven),
+        llm=llm,
+        learned=learned,
+        unproven={h.signature.category for h in unproven},
     )

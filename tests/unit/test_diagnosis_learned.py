@@ -1,0 +1,91 @@
+"""The word table learnt from the labelled corpus: the fallback when no signature matches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support.builders import job_info
+
+from trainmedic.core.taxonomy import Category
+from trainmedic.decisions.remediation import plan_remediation
+from trainmedic.diagnosis import LogSource, diagnose
+from trainmedic.diagnosis.learned import (
+    MAX_CONFIDENCE,
+    NO_WORDS,
+    TABLE,
+    bundled_model,
+    corpus_examples,
+    train,
+)
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
+HEALTHY = [
+    f"[2026-12-02 14:0{i // 60}:{i % 60:02d}] iteration {i}/400 | lm loss: {3.0 - i / 200:.3E} | "
+    f"grad norm: 0.812 | elapsed time per iteration (ms): 812.3"
+    for i in range(1, 120)
+]
+# Words no signature knows, and a table that learnt them from two (made-up) hang reports.
+STALLED = [*HEALTHY[:5], "WARNING: collective made no headway, the workers sit idle"]
+TABLE_OF_TWO = train(
+    [
+        (Category.Hang, "warning: collective made no headway, workers idle for an hour"),
+        (Category.Hang, "warning: no headway in the collective, the workers sit idle"),
+        (Category.StorageError, "error: lustre client evicted, the mount went read-only"),
+    ]
+)
+
+
+def test_the_shipped_table_is_the_one_the_corpus_builds() -> None:
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    built = train(corpus_examples(rows)).dumps()
+    assert TABLE.read_text(encoding="utf-8") == built, (
+        "the word table is stale: run `.venv/bin/python scripts/learn_words.py`"
+    )
+
+
+def test_distinctive_words_decide_and_common_ones_weigh_nothing() -> None:
+    model = train(
+        [
+            (Category.HostOOM, "error: worker killed by the oom reaper, memory cgroup full"),
+            (Category.HostOOM, "error: oom reaper took the worker, memory cgroup limit"),
+            (Category.Hang, "error: all ranks stuck waiting, watchdog saw no progress"),
+            (Category.Hang, "error: ranks stuck, no progress for an hour"),
+        ]
+    )
+    guess = model.guess("fatal error: the oom reaper killed rank 3 (memory cgroup)")
+    assert guess is not None and guess.category is Category.HostOOM
+    assert "error" not in guess.words  # in every example: no lean
+    assert guess.confidence <= MAX_CONFIDENCE
+    assert model.guess("error error error") is None  # too few known words
+
+
+def test_a_healthy_log_leans_nowhere() -> None:
+    # Progress lines carry "loss" and "grad norm", words of the NaN and spike reports: only
+    # lines that speak of trouble are read.
+    model = bundled_model()
+    assert model is not None
+    assert model.guess("\n".join(HEALTHY)) is None
+    sources = [LogSource.from_lines("rank-00000.node000.out", HEALTHY)]
+    assert diagnose(sources, heartbeat_age_s=30).category is Category.Unknown
+
+
+def test_no_signature_the_table_suggests_and_a_human_confirms() -> None:
+    sources = [LogSource.from_lines("rank-00000.node000.out", STALLED)]
+    assert diagnose(sources, learned=NO_WORDS).category is Category.Unknown
+    suggested = diagnose(sources, learned=TABLE_OF_TWO)
+    assert suggested.category is Category.Hang
+    assert suggested.source == "learned" and suggested.symptom_only
+    assert suggested.confidence <= MAX_CONFIDENCE
+    why = suggested.evidence[0]
+    assert why.signature == "learned-words" and "'headway'" in why.text
+    plan = plan_remediation(suggested, job_info("7", nodes=("node000", "node001")))
+    assert plan.page_oncall and not plan.drain and not plan.restart
+
+
+def test_a_lone_sigkill_stays_unproven() -> None:
+    # The corpus's memory kills are mostly "exit code -9" reports: the table leans to HostOOM
+    # on them, the inference the rules refuse (scancel and preemption send SIGKILL too).
+    lines = [*HEALTHY[:3], "ERROR: process 4242 killed: exits with return code = -9 (SIGKILL)"]
+    diagnosis = diagnose([LogSource.from_lines("rank-00000.node000.out", lines)])
+    assert diagnosis.category is not Category.HostOOM
