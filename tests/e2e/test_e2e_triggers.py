@@ -166,6 +166,53 @@ def test_failure_event_triggers_triage_and_resubmission(stack) -> None:
     assert drained.state is NodeState.DRAINED and "ECCError" in drained.reason
 
 
+def test_a_failure_the_server_accepted_but_never_ran_is_reported_again(stack) -> None:
+    """Accepted is not answered: under a burst, Prefect's server gives up on an automation's
+    action after its client's retries (``prefect.automation.action.failed``) and no run
+    starts. Here the trigger is off while the event arrives: the same silence. The intake
+    reports the failure again once its grace is over, and that event is remediated."""
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+
+    from trainmedic.cli.intake import taken_up_by_runbook
+
+    settings, embedded = stack
+    with get_client(sync_client=True) as client:
+        found = [a for a in client.read_automations() if a.name == "job-failed-triage"]
+    assert len(found) == 1, [a.name for a in found]
+    trigger = Automation.read(id=found[0].id)
+    scheduler, job = run_job(settings, "dropped", nodes=1)
+    intake = Intake(
+        scheduler,
+        settings.home,
+        lambda e: emit(e, api_url=embedded.api_url),
+        taken_up=taken_up_by_runbook(settings),
+        # past the 3 s without a trigger, and 3 s more: the trigger is on again well before
+        redeliver_after_s=6,
+    )
+    intake.poll()  # baseline pass
+    wait_step(job, 5)
+    trigger.disable()
+    try:
+        scheduler.inject_job_fault(job.job_id, "dataloader")
+        wait_finished(scheduler, job.job_id)
+        assert [e.kind for e in intake.poll()] == ["job.failed"]
+        time.sleep(3)
+        assert not [j for j in scheduler.jobs() if j.resubmission_of == job.job_id]
+        assert intake.run_pass().redelivered == []  # within its grace
+    finally:
+        trigger.enable()
+
+    def reported_again() -> list[JobEvent]:
+        return intake.run_pass().redelivered
+
+    again = wait_until(reported_again, 30, "the failure reported again", interval=1)
+    assert [e.job_id for e in again] == [job.job_id]
+    wait_resubmission(scheduler, job.job_id)
+    wait_runbooks_idle()
+    assert intake.run_pass().redelivered == []  # taken up now, and only ever once
+
+
 def test_duplicate_events_remediate_once(stack) -> None:
     settings, embedded = stack
     cluster = SimCluster(settings.sim_home)

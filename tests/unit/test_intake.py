@@ -1,10 +1,12 @@
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from support.builders import job_info
 
+from trainmedic.adapters.events import to_prefect_event
 from trainmedic.adapters.intake import Intake, failure_event
 from trainmedic.core.errors import SchedulerError, ServerError
-from trainmedic.core.models import JobInfo, JobState
+from trainmedic.core.files import write_json_atomic
+from trainmedic.core.models import JobEvent, JobInfo, JobState
 
 
 class FakeScheduler:
@@ -111,3 +113,80 @@ def test_backfill_reports_existing_failures(tmp_path) -> None:
     sent = []
     Intake(scheduler, tmp_path, sent.append, backfill=True).poll()
     assert [e.job_id for e in sent] == ["1"]
+
+
+def _age(intake: Intake, seconds: float) -> None:
+    """Move every recorded send ``seconds`` into the past."""
+    status = intake.status()
+    status.sent = {j: at - timedelta(seconds=seconds) for j, at in status.sent.items()}
+    write_json_atomic(intake.state_path, status.model_dump(mode="json"))
+
+
+def test_a_failure_no_runbook_took_up_is_reported_again_once(tmp_path) -> None:
+    """The server accepted the event, then dropped the automation's action (it does, under a
+    burst on SQLite): after the grace, the failure is reported again, as a new event."""
+    scheduler = FakeScheduler()
+    sent: list[JobEvent] = []
+    intake = Intake(
+        scheduler, tmp_path, sent.append, taken_up=lambda jobs: set(), redeliver_after_s=60
+    )
+    intake.poll()
+    scheduler.list = [job("7", JobState.FAILED)]
+    assert [e.job_id for e in intake.poll()] == ["7"]
+    assert intake.run_pass().redelivered == []  # within the grace: triage may be queued
+    _age(intake, 61)
+    again = intake.run_pass().redelivered
+    assert [e.job_id for e in again] == ["7"] and sent[-1] is again[0]
+    first = sent[0]
+    assert again[0].kind == first.kind and again[0].occurred > first.occurred
+    assert to_prefect_event(again[0])["id"] != to_prefect_event(first)["id"]
+    assert again[0].reason.startswith("reported again: no runbook took up")
+    _age(intake, 600)
+    assert intake.run_pass().redelivered == [] and len(sent) == 2  # once
+    assert "1 failure(s) reported again" in intake.status().describe(datetime.now(UTC))
+
+
+def test_failures_taken_up_resubmitted_foreign_or_stale_are_not_reported_again(
+    tmp_path,
+) -> None:
+    scheduler = FakeScheduler()
+    asked: list[list[str]] = []
+
+    def taken_up(jobs: list[JobInfo]) -> set[str]:
+        asked.append([j.job_id for j in jobs])
+        return {"1"}
+
+    intake = Intake(scheduler, tmp_path, lambda e: None, taken_up=taken_up, redeliver_after_s=60)
+    intake.poll()
+    long_ago = datetime.now(UTC) - timedelta(hours=2)
+    scheduler.list = [
+        job("1", JobState.FAILED),  # a run claimed it (in an incident)
+        job("2", JobState.FAILED),  # resubmitted (by a human, say)
+        job("3", JobState.FAILED).model_copy(update={"managed": False}),
+        job("4", JobState.FAILED).model_copy(update={"ended_at": long_ago}),  # stale
+    ]
+    intake.poll()
+    scheduler.list.append(job_info("5", state=JobState.RUNNING, resubmission_of="2"))
+    _age(intake, 120)
+    assert intake.run_pass().redelivered == []
+    assert asked == [["1"]]  # the server is asked only about what could be unanswered
+
+
+def test_a_server_that_cannot_say_what_was_taken_up_is_asked_again(tmp_path) -> None:
+    scheduler = FakeScheduler()
+    answers: list[object] = [ServerError("the Prefect API could not be reached"), set()]
+
+    def taken_up(jobs: list[JobInfo]) -> set[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    intake = Intake(scheduler, tmp_path, lambda e: None, taken_up=taken_up, redeliver_after_s=1)
+    intake.poll()
+    scheduler.list = [job("7", JobState.FAILED)]
+    intake.poll()
+    _age(intake, 5)
+    result = intake.run_pass()
+    assert result.redelivered == [] and "could not be reached" in result.error
+    assert [e.job_id for e in intake.run_pass().redelivered] == ["7"]

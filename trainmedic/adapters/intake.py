@@ -9,12 +9,18 @@ scheduler command that times out ends the pass, is recorded (``status``) and the
 retries. A failure is marked reported only once its event was accepted, so nothing is lost
 while the server is away; each event's id comes from its content, so a send whose answer was
 lost and is sent again is dropped by the server, and triage's admission drops a replay too.
+
+Accepted is not answered: a Prefect server under a burst can give up on an automation's
+action (its in-process client retries a busy SQLite for about a minute, then records
+``prefect.automation.action.failed`` and drops it). So a failure that, ``redeliver_after_s``
+after its event was accepted, no runbook has taken up (no incident holds the job) and nothing
+resubmitted, is reported once more as a new event (its own id, occurred now), once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +37,7 @@ __all__ = [
     "PassResult",
     "failure_event",
     "intake_status",
+    "unanswered",
 ]
 
 EVENT_FOR_STATE = {
@@ -66,6 +73,10 @@ class IntakeStatus(BaseModel):
     pending: list[tuple[str, datetime]] = []
     last_error: str = ""
     errors_in_a_row: int = 0
+    # When each reported failure's event was accepted, and the failures reported again
+    # because no runbook took them up (each once).
+    sent: dict[str, datetime] = {}
+    redelivered: list[str] = []
 
     def lag_s(self, now: datetime) -> float:
         """How far behind the intake is: the age of the oldest failure not yet reported."""
@@ -81,6 +92,11 @@ class IntakeStatus(BaseModel):
             parts.append("nothing waiting")
         if self.last_error:
             parts.append(f"failing ({self.errors_in_a_row} in a row): {self.last_error}")
+        if self.redelivered:
+            parts.append(
+                f"{len(self.redelivered)} failure(s) reported again, no runbook took them up: "
+                + ", ".join(self.redelivered[-5:])
+            )
         return ", ".join(parts)
 
 
@@ -94,6 +110,34 @@ class PassResult(BaseModel):
     sent: list[JobEvent]
     pending: int
     error: str = ""
+    redelivered: list[JobEvent] = []
+
+
+def unanswered(
+    jobs: Sequence[JobInfo],
+    *,
+    sent: dict[str, datetime],
+    redelivered: Collection[str],
+    now: datetime,
+    after_s: float,
+    max_age_s: float,
+) -> list[JobInfo]:
+    """Failures reported at least ``after_s`` ago and not yet reported again, that nothing
+    resubmitted, of managed jobs that failed less than ``max_age_s`` ago (older, triage's
+    admission would refuse the event as stale). Whether a runbook took one up (an incident
+    holds it) is the caller's question to the server: asked only of these few."""
+    resubmitted = {j.resubmission_of for j in jobs if j.resubmission_of}
+    return [
+        job
+        for job in jobs
+        if job.job_id in sent
+        and job.job_id not in redelivered
+        and job.job_id not in resubmitted
+        and job.managed
+        and failure_event(job) is not None
+        and now - sent[job.job_id] >= timedelta(seconds=after_s)
+        and now - (job.ended_at or job.submitted_at) < timedelta(seconds=max_age_s)
+    ]
 
 
 class Intake:
@@ -104,12 +148,20 @@ class Intake:
         send: Callable[[JobEvent], object],
         *,
         backfill: bool = False,
+        taken_up: Callable[[Sequence[JobInfo]], Collection[str]] | None = None,
+        redeliver_after_s: float = 300.0,
+        max_age_s: float = 3600.0,
     ) -> None:
+        """``taken_up``: of these jobs, the ids a runbook has taken up (on the Prefect
+        server: an incident holds them); None turns redelivery off."""
         self.scheduler = scheduler
         self.send = send
         self.state_path = Path(home) / "intake.json"
         self.lock_path = Path(home) / "intake.lock"
         self.backfill = backfill
+        self.taken_up = taken_up
+        self.redeliver_after_s = redeliver_after_s
+        self.max_age_s = max_age_s
 
     def status(self) -> IntakeStatus | None:
         return intake_status(self.state_path.parent)
@@ -135,7 +187,10 @@ class Intake:
                 return PassResult(sent=[], pending=len(status.pending), error=str(exc))
             # Forget what the scheduler no longer lists (its history window moved on): the
             # record stays the size of that window, not of the cluster's whole life.
-            reported &= {job.job_id for job in jobs}
+            listed = {job.job_id for job in jobs}
+            reported &= listed
+            status.sent = {j: at for j, at in status.sent.items() if j in listed}
+            status.redelivered = [j for j in status.redelivered if j in listed]
             events = [e for e in map(failure_event, jobs) if e is not None]
             events = sorted((e for e in events if e.job_id not in reported), key=_when)
             if previous is None and not self.backfill:
@@ -155,12 +210,59 @@ class Intake:
                 reported.add(event.job_id)
                 sent.append(event)
                 status.last_sent_at = datetime.now(UTC)
+                status.sent[event.job_id] = status.last_sent_at
                 self._save(status, reported, [], "", now, keep_errors=True)
             else:
                 events = []
             waiting = [(e.job_id, e.occurred) for e in events]
+            again: list[JobEvent] = []
+            if not error and self.taken_up is not None:
+                again, error = self._redeliver(jobs, status, now)
             self._save(status, reported, waiting, error, now)
-            return PassResult(sent=sent, pending=len(waiting), error=error)
+            return PassResult(sent=sent, pending=len(waiting), error=error, redelivered=again)
+
+    def _redeliver(
+        self, jobs: list[JobInfo], status: IntakeStatus, now: datetime
+    ) -> tuple[list[JobEvent], str]:
+        """Report again, once, each failure no runbook took up (see the module's doc)."""
+        assert self.taken_up is not None
+        waiting = unanswered(
+            jobs,
+            sent=status.sent,
+            redelivered=status.redelivered,
+            now=now,
+            after_s=self.redeliver_after_s,
+            max_age_s=self.max_age_s,
+        )
+        if not waiting:
+            return [], ""
+        try:
+            taken = set(self.taken_up(waiting))
+        except (TrainmedicError, OSError) as exc:
+            return [], f"server: {exc}"
+        again: list[JobEvent] = []
+        for job in waiting:
+            if job.job_id in taken:
+                continue
+            first = failure_event(job)
+            assert first is not None
+            sent_at = status.sent[job.job_id]
+            event = first.model_copy(
+                update={
+                    "occurred": now,
+                    "reason": (
+                        f"reported again: no runbook took up the failure reported at "
+                        f"{sent_at:%H:%M:%S} UTC; {first.reason}"
+                    )[:512],
+                }
+            )
+            try:
+                self.send(event)
+            except (TrainmedicError, OSError) as exc:
+                return again, f"send: {exc}"
+            status.redelivered.append(job.job_id)
+            again.append(event)
+        return again, ""
 
     def _save(
         self,

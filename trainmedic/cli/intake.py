@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from trainmedic.cli.common import EXIT_SERVER, AddCommand
-from trainmedic.core.settings import get_settings
+from trainmedic.core.models import JobInfo
+from trainmedic.core.settings import Settings, get_settings
+from trainmedic.decisions.admission import event_scope
 
 MAX_BACKOFF_S = 60.0
 
@@ -25,11 +29,19 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from trainmedic.adapters.intake import Intake
     from trainmedic.adapters.scheduler import get_scheduler
 
-    intake = Intake(get_scheduler(settings), settings.home, emit, backfill=args.backfill)
+    intake = Intake(
+        get_scheduler(settings),
+        settings.home,
+        emit,
+        backfill=args.backfill,
+        taken_up=taken_up_by_runbook(settings) if settings.intake_redeliver_after_s else None,
+        redeliver_after_s=settings.intake_redeliver_after_s,
+        max_age_s=event_scope(settings).max_age_s,
+    )
     delay = args.interval
     while True:
         result = intake.run_pass()
-        for event in result.sent:
+        for event in [*result.sent, *result.redelivered]:
             print(f"{event.kind} job {event.job_id} ({event.reason or 'no reason'})", flush=True)
         if result.error:
             delay = min(max(delay * 2, args.interval), max(args.interval, MAX_BACKOFF_S))
@@ -44,6 +56,21 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if args.once:
             return EXIT_SERVER if result.error else 0
         time.sleep(delay)
+
+
+def taken_up_by_runbook(settings: Settings) -> Callable[[Sequence[JobInfo]], set[str]]:
+    """Of these jobs, the ids a triage run claimed: an incident on the Prefect server holds
+    them (every triage opens one, a storm's for many jobs)."""
+    from trainmedic.adapters.server_state import ServerState
+
+    state = ServerState(settings.cluster)
+    horizon = timedelta(seconds=event_scope(settings).max_age_s)
+
+    def taken_up(jobs: Sequence[JobInfo]) -> set[str]:
+        held = {j for i in state.incidents(since=datetime.now(UTC) - horizon) for j in i.jobs}
+        return {job.job_id for job in jobs if job.job_id in held}
+
+    return taken_up
 
 
 def cmd_emit(args: argparse.Namespace) -> int:

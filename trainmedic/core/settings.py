@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     )
     # The intake (`trainmedic watch`, a service `trainmedic up` starts): seconds between polls.
     intake_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # A failure whose event the server accepted but that no runbook took up this long after
+    # (the server dropped the automation's action under load) is reported again, once. 0: never.
+    intake_redeliver_after_s: float = Field(default=300.0, ge=0, le=86_400)
     # On-call: with a webhook URL (it usually holds a token: environment, never argv),
     # `trainmedic up` installs the notification automations sending to block notify_block.
     webhook_url: SecretStr | None = None
