@@ -145,6 +145,11 @@ def claim_incident(job: JobInfo, *, manual: bool, dry_run: bool) -> Claim:
                 settings.incident_settle_s,
             )
             time.sleep(settings.incident_settle_s)
+            # The run that took the storm may have taken this job meanwhile: a duplicate
+            # ends here instead of queueing for the cluster's incident lock behind it.
+            held = None if manual else handled_elsewhere(job.job_id)
+            if held is not None:
+                return Claim(handled_by=held)
 
     with state.incident_lock():
         incidents = live(state.incidents(since=since))
