@@ -326,3 +326,46 @@ def test_the_desync_report_names_the_cascades_initiator_but_drains_nothing() -> 
     assert diagnosis.symptom_only
     plan = plan_remediation(diagnosis, job_info(nodes=("node001", "node002"), gpus_per_node=4))
     assert plan.drain == () and plan.locate
+
+
+SAVING = (
+    "INFO:torchtune.utils._logging:Saving checkpoint. This may take some time. "
+    "Retrieving full model state dict..."
+)
+
+
+def _job_saving(after_save: list[str]) -> list[LogSource]:
+    steps = [f"step {i} | loss: {2.0 - i / 100:.3f}" for i in range(1, 30)]
+    return [
+        LogSource.from_lines("rank-00000.node000.out", [*steps, SAVING, *after_save]),
+        *(
+            LogSource.from_lines(f"rank-{r:05d}.node00{r}.err", [*steps, _watchdog_timeout(r)])
+            for r in (1, 2, 3)
+        ),
+    ]
+
+
+def _watchdog_timeout(rank: int) -> str:
+    return (
+        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=9387, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600005 milliseconds before timing out."
+    )
+
+
+def test_timeouts_while_a_rank_still_saves_a_checkpoint_are_the_saves() -> None:
+    # Rank 0 began a save and printed nothing after it; the others waited in a barrier until
+    # the watchdog fired: the checkpoint save, on rank 0's node, a human's to look at.
+    diagnosis = diagnose(_job_saving(["INFO: Getting full model state dict took 109.51 secs"]))
+    assert diagnosis.category is Category.CheckpointError
+    assert diagnosis.root_cause_host == "node000"
+    assert not diagnosis.symptom_only
+    assert any(e.signature == "checkpoint-save-unfinished" for e in diagnosis.evidence)
+
+
+def test_a_save_that_finished_or_training_that_went_on_explains_no_timeout() -> None:
+    for after in (["INFO: Saved checkpoint to /ckpt/step_30"], ["step 30 | loss: 1.700"]):
+        assert diagnose(_job_saving(after)).category is Category.NCCLTimeout
+    # a save alone, with nothing waiting on it, is no failure either
+    alone = [LogSource.from_lines("rank-00000.node000.out", ["step 1 | loss: 2.0", SAVING])]
+    assert diagnose(alone, heartbeat_age_s=5).category is not Category.CheckpointError

@@ -40,8 +40,10 @@ from trainmedic.diagnosis.ranking import (
     corroborated,
     ends_in_silence,
     explained,
+    locations,
     pick,
     rivals,
+    save_unfinished,
 )
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
@@ -89,6 +91,8 @@ HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
 # Every log ends in ordinary output (INFO lines, progress): no error, no exit status. A job
 # that failed like that stopped making progress; which rank stalled, the logs cannot say.
 SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
+# Collective timeouts while a rank was still saving a checkpoint: the save is the cause.
+SAVE_UNFINISHED = _synthetic("checkpoint-save-unfinished", Category.CheckpointError, 0.6)
 _SYNTHETIC_SOURCE = 1_000_000  # sorts after every real file when there is no timestamp
 
 
@@ -122,6 +126,8 @@ def diagnose(
             _synthetic_hit(HEARTBEAT_STALE, f"no progress for {heartbeat_age_s:.0f} s", None)
         )
 
+    if any(h.signature.category in _WAITING for h in hits):
+        hits.extend(_save_hits(scans))
     hits, unproven = corroborated(hits)
     hits, after = aftermath(hits)
     unproven += after
@@ -159,6 +165,28 @@ def _silence(scan: SourceScan, line: str) -> Hit:
         line=scan.lines,
         source_index=scan.index,
     )
+
+
+_WAITING = frozenset({Category.NCCLTimeout, Category.Hang})
+
+
+def _save_hits(scans: Sequence[SourceScan]) -> list[Hit]:
+    found = save_unfinished(scans)
+    if found is None:
+        return []
+    index, line, text = found
+    scan = scans[index]
+    return [
+        _synthetic_hit(
+            SAVE_UNFINISHED,
+            f"a checkpoint save began and never finished: {text[:200]}",
+            scan.source.host,
+            file=scan.source.name,
+            line=line,
+            source_index=index,
+            rank=scan.source.rank,
+        )
+    ]
 
 
 def _from_telemetry(winner: Candidate) -> bool:
@@ -283,61 +311,29 @@ def _exit_code_hits(exit_code: int | None, hits: Sequence[Hit]) -> list[Hit]:
 # ----------------------------------------------------------------------------- placing
 
 
-def _locations(hits: Sequence[Hit]) -> list[str]:
-    """One label per distinct host (else rank, else GPU). A GPU named on another line of
-    the same file joins that file's host/rank label ("rank 0" + "GPU 0" -> "rank 0 GPU 0")."""
-    places: dict[str, list[str | None]] = {}  # key -> [where, gpu]
-    owner_by_source: dict[int, str] = {}
-    loose_gpus: list[tuple[int, str]] = []
-    for hit in hits:
-        where = hit.host or (f"rank {hit.rank}" if hit.rank is not None else None)
-        if where is None:
-            if hit.gpu is not None:
-                loose_gpus.append((hit.source_index, hit.gpu))
-            continue
-        place = places.setdefault(where, [where, None])
-        if place[1] is None and hit.gpu is not None:
-            place[1] = hit.gpu
-        owner_by_source.setdefault(hit.source_index, where)
-    for source_index, gpu in loose_gpus:
-        owner = owner_by_source.get(source_index)
-        if owner is not None:
-            if places[owner][1] is None:
-                places[owner][1] = gpu
-        else:
-            places.setdefault(f"GPU {gpu}", [None, gpu])
-    hosted = [p for p in places.values() if p[0] is not None and not p[0].startswith("rank ")]
-    chosen = hosted or list(places.values())
-    labels = []
-    for where, gpu in chosen:
-        gpu_label = f"GPU {gpu}" if gpu is not None else None
-        labels.append(" ".join(part for part in (where, gpu_label) if part))
-    return labels
-
-
 def _root_cause_host(winner: Candidate, hits: Sequence[Hit]) -> str | None:
     context = [h for h in hits if h.signature.role is Role.context]
     if winner.category is Category.Hang:
         # A hang detector that names who never arrived (a monitored barrier) places it; a
         # stack dump or a stale heartbeat says only where someone looked.
-        named = _locations([h for h in winner.hits if h.signature.regex.groupindex])
+        named = locations([h for h in winner.hits if h.signature.regex.groupindex])
         if named:
             return ", ".join(named[:MAX_LOCATIONS])
     if winner.is_symptom or winner.category is Category.Hang:
         # Many ranks timing out say nothing about which one stalled; one rank does.
-        hot = _locations([h for h in context if h.file == "telemetry"])
+        hot = locations([h for h in context if h.file == "telemetry"])
         if hot:
             return ", ".join(hot[:MAX_LOCATIONS])
         symptoms = [h for h in winner.hits if h.signature.role is Role.symptom]
         # The cascade's initiator, where a line names it (a desync report's lagging rank).
-        named = _locations([h for h in symptoms if h.signature.regex.groupindex])
+        named = locations([h for h in symptoms if h.signature.regex.groupindex])
         if len(named) == 1:
             return named[0]
-        symptom_places = _locations(symptoms)
+        symptom_places = locations(symptoms)
         return symptom_places[0] if len(symptom_places) == 1 else None
-    places = _locations([h for h in winner.hits if h.signature.role is Role.cause])
+    places = locations([h for h in winner.hits if h.signature.role is Role.cause])
     if not places:
-        places = _locations(context)
+        places = locations(context)
         if len(places) != 1:
             return None
     return ", ".join(places[:MAX_LOCATIONS])
@@ -372,7 +368,7 @@ def _unknown(
     unproven: Sequence[Hit] = (),
 ) -> Diagnosis:
     context = [h for h in hits if h.signature.role is Role.context]
-    places = _locations(context)
+    places = locations(context)
     return unexplained(
         {scan.source.name: scan.tail for scan in scans},
         evidence=tuple(_to_evidence(h) for h in context[:MAX_OTHER_EVIDENCE]),

@@ -29,8 +29,10 @@ __all__ = [
     "corroborated",
     "ends_in_silence",
     "explained",
+    "locations",
     "pick",
     "rivals",
+    "save_unfinished",
     "score",
 ]
 
@@ -323,3 +325,67 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
             return None
         last = (scan.index, lines[-1].strip())
     return last
+
+
+# A checkpoint save that began and never ended: rank 0 gathers and writes the state while
+# every other rank waits in its next collective, and the watchdog's timeout hits them all.
+_SAVE_BEGINS = re.compile(
+    r"\bsaving (?:the )?(?:model |sharded |distributed )?checkpoint|save_checkpoint\b|"
+    r"Retrieving (?:full )?(?:model|optimizer) state dict|\[Torch\] Saving|"
+    r"Saving model (?:checkpoint|weights|state)",
+    re.I,
+)
+_SAVE_ENDS = re.compile(
+    r"\bsaved\b|successfully sav|finished sav|sav\w*.{0,40}\b(?:complete|done|finished)\b",
+    re.I,
+)
+_PROGRESS = re.compile(r"\b(?:iter(?:ation)?|step|epoch)\s*[:=]?\s*\d|\d+%\||\bloss\b\s*[:=]", re.I)
+
+
+def save_unfinished(scans: Sequence[SourceScan]) -> tuple[int, int, str] | None:
+    """(source index, line number, line) of a checkpoint save that was the last thing a log
+    began: nothing saved, no training step after it (a source's last lines only). Beside
+    collective timeouts it is their cause: the other ranks waited on the saving one."""
+    for scan in scans:
+        tail = scan.tail
+        begun = [i for i, line in enumerate(tail) if _SAVE_BEGINS.search(line)]
+        if not begun:
+            continue
+        after = tail[begun[-1] + 1 :]
+        if any(_SAVE_ENDS.search(line) or _PROGRESS.search(line) for line in after):
+            continue
+        line_no = max(1, scan.lines - (len(tail) - 1 - begun[-1]))
+        return scan.index, line_no, tail[begun[-1]].strip()
+    return None
+
+
+def locations(hits: Sequence[Hit]) -> list[str]:
+    """One label per distinct host (else rank, else GPU). A GPU named on another line of
+    the same file joins that file's host/rank label ("rank 0" + "GPU 0" -> "rank 0 GPU 0")."""
+    places: dict[str, list[str | None]] = {}  # key -> [where, gpu]
+    owner_by_source: dict[int, str] = {}
+    loose_gpus: list[tuple[int, str]] = []
+    for hit in hits:
+        where = hit.host or (f"rank {hit.rank}" if hit.rank is not None else None)
+        if where is None:
+            if hit.gpu is not None:
+                loose_gpus.append((hit.source_index, hit.gpu))
+            continue
+        place = places.setdefault(where, [where, None])
+        if place[1] is None and hit.gpu is not None:
+            place[1] = hit.gpu
+        owner_by_source.setdefault(hit.source_index, where)
+    for source_index, gpu in loose_gpus:
+        owner = owner_by_source.get(source_index)
+        if owner is not None:
+            if places[owner][1] is None:
+                places[owner][1] = gpu
+        else:
+            places.setdefault(f"GPU {gpu}", [None, gpu])
+    hosted = [p for p in places.values() if p[0] is not None and not p[0].startswith("rank ")]
+    chosen = hosted or list(places.values())
+    labels = []
+    for where, gpu in chosen:
+        gpu_label = f"GPU {gpu}" if gpu is not None else None
+        labels.append(" ".join(part for part in (where, gpu_label) if part))
+    return labels
