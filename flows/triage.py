@@ -471,7 +471,8 @@ MAX_AT_ONCE = 8
 
 def _at_once(work: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
     """``work`` on every item in threads (this run's Prefect context in each), results in
-    order; an error in any is raised, as it would have been in a loop."""
+    order. Once all have ended, the first error (in item order) fails the run, as in a loop;
+    unlike a loop, one job's failed restart does not leave the others unrestarted."""
     if len(items) <= 1:
         return [work(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(MAX_AT_ONCE, len(items))) as pool:
