@@ -8,12 +8,12 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from support.http import serving
 from support.ports import free_port
 from support.waits import wait_until
 
@@ -213,13 +213,8 @@ class RefusingAll(Refusing):
 @contextlib.contextmanager
 def refusing(handler: type[Refusing] = Refusing) -> Iterator[str]:
     """A server on 127.0.0.1 that refuses our credentials; yields its API URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/api"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(handler) as base:
+        yield f"{base}/api"
 
 
 AUTH_REFUSED = [
