@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Protocol, TypeVar
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
@@ -35,6 +36,14 @@ __all__ = [
     "xid_signature_tables",
 ]
 
+
+class _Coded(Protocol):
+    @property
+    def code(self) -> int: ...
+
+
+_Entry = TypeVar("_Entry", bound=_Coded)
+
 # The signature id of application-class Xid lines (the job's own fault).
 APPLICATION_XID = "xid-application"
 
@@ -52,24 +61,44 @@ class XidEntry:
 
 
 def parse_xid_catalogue(text: str, origin: str = "xid_catalogue.csv") -> dict[int, XidEntry]:
-    entries: dict[int, XidEntry] = {}
+    def entry(row: dict[str, str]) -> XidEntry:
+        return XidEntry(
+            code=int(row["code"]),
+            mnemonic=row["mnemonic"],
+            description=row["description"],
+            kind=row["kind"],
+            immediate_action=row["immediate_action"],
+            category=Category(row["category"]),
+        )
+
+    def unknown_kind(found: XidEntry) -> str | None:
+        return None if found.kind in KINDS else f"kind {found.kind!r} not one of {sorted(KINDS)}"
+
+    return _catalogue_rows(text, origin, "Xid", entry, unknown_kind)
+
+
+def _catalogue_rows(
+    text: str,
+    origin: str,
+    what: str,
+    entry: Callable[[dict[str, str]], _Entry],
+    problem: Callable[[_Entry], str | None] = lambda _: None,
+) -> dict[int, _Entry]:
+    """Each CSV row of a code catalogue through ``entry``, by code. A row that does not
+    parse, that ``problem`` finds fault with, or whose code came before is a ConfigError
+    naming the file and the line."""
+    entries: dict[int, _Entry] = {}
     for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:
-            entry = XidEntry(
-                code=int(row["code"]),
-                mnemonic=row["mnemonic"],
-                description=row["description"],
-                kind=row["kind"],
-                immediate_action=row["immediate_action"],
-                category=Category(row["category"]),
-            )
+            found = entry(row)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{origin}:{number}: bad row: {exc}") from exc
-        if entry.kind not in KINDS:
-            raise ConfigError(f"{origin}:{number}: kind {entry.kind!r} not one of {sorted(KINDS)}")
-        if entry.code in entries:
-            raise ConfigError(f"{origin}:{number}: Xid {entry.code} listed twice")
-        entries[entry.code] = entry
+        fault = problem(found)
+        if fault is not None:
+            raise ConfigError(f"{origin}:{number}: {fault}")
+        if found.code in entries:
+            raise ConfigError(f"{origin}:{number}: {what} {found.code} listed twice")
+        entries[found.code] = found
     return entries
 
 
@@ -125,20 +154,14 @@ class SxidEntry:
 
 
 def parse_sxid_catalogue(text: str, origin: str = "sxid_catalogue.csv") -> dict[int, SxidEntry]:
-    entries: dict[int, SxidEntry] = {}
-    for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
-        try:
-            entry = SxidEntry(
-                code=int(row["code"]),
-                fatal={"true": True, "false": False}[row["fatal"]],
-                category=Category(row["category"]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{origin}:{number}: bad row: {exc}") from exc
-        if entry.code in entries:
-            raise ConfigError(f"{origin}:{number}: SXid {entry.code} listed twice")
-        entries[entry.code] = entry
-    return entries
+    def entry(row: dict[str, str]) -> SxidEntry:
+        return SxidEntry(
+            code=int(row["code"]),
+            fatal={"true": True, "false": False}[row["fatal"]],
+            category=Category(row["category"]),
+        )
+
+    return _catalogue_rows(text, origin, "SXid", entry)
 
 
 @cache
