@@ -328,7 +328,9 @@ def locate_incident(
     return result
 
 
-@task(name="decide-incident", cache_policy=NO_CACHE)
+# Idempotent (a record written again, a hold released again): retried while a storm keeps the
+# server busy, as one refused write once failed the run that held an incident's jobs.
+@task(name="decide-incident", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def decide_incident(incident: Incident, switches: list[str], dry_run: bool) -> Incident:
     """The isolation decision is taken: record it and let placement use the nodes again."""
     decided = incident.model_copy(
@@ -342,7 +344,7 @@ def decide_incident(incident: Incident, switches: list[str], dry_run: bool) -> I
     return decided
 
 
-@task(name="close-incident", cache_policy=NO_CACHE)
+@task(name="close-incident", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def close_incident(incident: Incident, dry_run: bool) -> Incident:
     closed = incident.model_copy(update={"closed_at": datetime.now(UTC)})
     if not dry_run:

@@ -76,3 +76,64 @@ def test_the_lock_is_reentrant_within_a_thread(prefect_server) -> None:
     with store.lock(), store.lock(timeout_s=5):
         store.record_action(entry("node001"))
     assert len(store.actions()) == 1
+
+
+@pytest.mark.parametrize(("updates", "fails"), [([503, 200], False), ([503] * 20, True)])
+def test_replacing_a_record_while_the_server_stays_busy_is_a_server_error(
+    monkeypatch, updates: list[int], fails: bool
+) -> None:
+    """A record that exists is replaced (409 on create, then PATCH); a busy answer is asked
+    again, and one still busy after every retry is a ServerError naming the record, never the
+    raw HTTP error (which once failed a storm's triage run at decide-incident)."""
+    import http.server
+
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_CLIENT_CSRF_SUPPORT_ENABLED,
+        temporary_settings,
+    )
+    from support.http import serving
+
+    import trainmedic.adapters.server_lock as server_lock
+    from trainmedic.core.errors import ServerError
+
+    asked: list[str] = []
+
+    class Conflicting(http.server.BaseHTTPRequestHandler):
+        def answer(self, status: int) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"detail": "busy or taken"}'
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            asked.append(f"POST {self.path}")
+            self.answer(409)
+
+        def do_PATCH(self) -> None:
+            asked.append(f"PATCH {self.path}")
+            self.answer(updates.pop(0) if updates else 503)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setattr(server_lock.time, "sleep", lambda _s: None)
+    name = f"tm_incident_{uuid.uuid4().hex[:8]}"
+    with (
+        serving(Conflicting) as url,
+        temporary_settings(
+            {PREFECT_API_URL: f"{url}/api", PREFECT_CLIENT_CSRF_SUPPORT_ENABLED: False}
+        ),
+    ):
+        state = ServerState(cluster())
+        if fails:
+            with pytest.raises(ServerError, match=f"recording {name}: .*HTTP 503"):
+                state._put(name, {"jobs": ["1"]}, "tm-incident")
+        else:
+            state._put(name, {"jobs": ["1"]}, "tm-incident")
+    assert asked[0] == "POST /api/variables/"
+    assert asked[1:] and set(asked[1:]) == {f"PATCH /api/variables/name/{name}"}
+    assert len(asked) == (1 + len(server_lock.BUSY_RETRY_S) + 1 if fails else 3)

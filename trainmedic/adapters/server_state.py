@@ -125,29 +125,27 @@ class ServerState:
             raise ServerError(f"reading {tag} records: {api_problem(exc)}") from exc
 
     def _put(self, name: str, value: dict[str, Any], tag: str) -> None:
+        body = {"value": value, "tags": [tag]}
         try:
             with self._client() as client:
-                when_not_busy(
-                    partial(
-                        client.request,
-                        "POST",
-                        "/variables/",
-                        json={"name": name, "value": value, "tags": [tag]},
+                try:
+                    when_not_busy(
+                        partial(client.request, "POST", "/variables/", json={"name": name, **body})
                     )
-                )
-        except httpx.HTTPStatusError as exc:
-            if exc.response.status_code in (401, 403):
-                raise ServerError(f"recording {name}: {api_problem(exc)}") from exc
-            if exc.response.status_code != 409:
-                raise ServerError(f"recording {name}: {exc.response.text[:200]}") from exc
-            with self._client() as client:
+                    return
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code != 409:
+                        raise
+                # It exists (an incident decided, then closed): its value is replaced. Still
+                # busy after every retry is a ServerError like any other failed write, never
+                # the raw HTTP error (a decided incident's record once failed a run that way).
                 when_not_busy(
                     partial(
                         client.request,
                         "PATCH",
                         "/variables/name/{name}",
                         path_params={"name": name},
-                        json={"value": value, "tags": [tag]},
+                        json=body,
                     )
                 )
         except httpx.HTTPError as exc:
