@@ -274,3 +274,19 @@ def test_witness_lines_and_paths_do_not_name_an_origin() -> None:
     assert diagnosis.category == "NodeFailure"
     assert diagnosis.root_cause_host is None
     assert [e.signature for e in diagnosis.evidence] == ["slurm-step-node-failure"]
+
+
+def test_a_refused_peer_is_named_without_the_printers_gpu() -> None:
+    """NCCL on node001 (GPU 1) could not connect to a peer's listener: the peer is a place to
+    look, and the GPU of the line's prefix belongs to node001, never to the peer."""
+    line = (
+        "node001:486514:486651 [1] include/socket.h:403 NCCL WARN Connect to "
+        "10.148.3.247<56821> failed : Connection refused"
+    )
+    diagnosis = diagnose([LogSource.from_lines("rank-00001.err", [line])])
+    assert diagnosis.category == "NetworkError"
+    assert diagnosis.evidence[0].signature == "nccl-peer-unreachable"
+    assert diagnosis.evidence[0].host == "10.148.3.247"
+    assert diagnosis.root_cause_host is not None
+    assert diagnosis.root_cause_host.startswith("10.148.3.247,")
+    assert "10.148.3.247 GPU" not in diagnosis.root_cause_host

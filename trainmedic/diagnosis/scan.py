@@ -261,6 +261,9 @@ class _Scanner:
         if signature.witness:
             host = rank = None
         groups = {k: v for k, v in match.groupdict().items() if v}
+        if any(name.startswith(("host", "ip")) for name in groups):
+            # The line names another host (a peer): the prefix's GPU is the printer's, not its.
+            gpu = None
         for name, value in groups.items():
             if name.startswith(("host", "ip")):
                 host = value.lower() if name.startswith("host") else value
