@@ -290,3 +290,16 @@ def test_a_refused_peer_is_named_without_the_printers_gpu() -> None:
     assert diagnosis.root_cause_host is not None
     assert diagnosis.root_cause_host.startswith("10.148.3.247,")
     assert "10.148.3.247 GPU" not in diagnosis.root_cause_host
+
+
+def test_a_kubernetes_health_event_names_its_node_even_by_ip() -> None:
+    """A structured health event (JSON) names the node in "nodeName", an IP on many clouds."""
+    line = (
+        '{"level":"INFO","msg":"Handling event","event":{"HealthEvent":{"checkName":'
+        '"GpuXidError","message":"GPU has fallen off the bus (XID 79). Node requires reboot.",'
+        '"nodeName":"10.0.15.233"}}}'
+    )
+    diagnosis = diagnose([LogSource.from_lines("quarantine.log", [line])])
+    assert diagnosis.category == "GPUFallenOff"
+    assert diagnosis.root_cause_host is not None
+    assert diagnosis.root_cause_host.startswith("10.0.15.233")

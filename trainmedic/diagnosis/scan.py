@@ -40,8 +40,11 @@ _NCCL_PREFIX = re.compile(
     r"(?:^|(?<=[\s>:\]]))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
     r" \[(?P<gpu>\d+)\]"
 )
-# Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd.
-_JSON_HOST = re.compile(r'"(?:host_?name|hostname|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*)"')
+# Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd ("hostname",
+# "host_name"; a Kubernetes health event's "nodeName", often an IP).
+_JSON_HOST = re.compile(
+    r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
+)
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), mpirun/accelerate's
 # tagged output ("[gpu12:5]:"), Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)").
 _LABEL_PREFIX = re.compile(
