@@ -18,10 +18,12 @@ It waits until every triage run has ended and then a quiet period, and reports: 
 remediated exactly once (one resubmission), never or twice; triage runs per state against the
 distinct events sent (a missing run is a lost event); throughput (remediations per minute from
 the first event to the last resubmission); latency from a job's first event to its
-resubmission (median, p95). On SQLite always, on PostgreSQL as well when
-TRAINMEDIC_TEST_DATABASE_URL is set (`eval "$(scripts/postgres.sh up)"`), each in a fresh
-database. Figures are printed, never asserted; exit status 1 when a job was not remediated
-exactly once, an event was lost or a run did not complete (the temporary home is then kept).
+resubmission (median, p95), and where the time went (the server's automation creating a job's
+first run from its event; every run's wait in the worker's queue). On SQLite always, on PostgreSQL
+as well when TRAINMEDIC_TEST_DATABASE_URL is set (`eval "$(scripts/postgres.sh up)"`), each
+in a fresh database. Figures are printed, never asserted; exit status 1 when a job was not
+remediated exactly once, an event was lost or a run did not complete (the temporary home is
+then kept).
 
 ``--node-faults N`` breaks the first N jobs with an Xid 79 on their node instead, so that
 triage drains it. In a burst that races: another job's resubmission can be placed on the
@@ -85,6 +87,10 @@ class Result:
     lost: int = 0  # events that started no run, with no later event of their job that did
     superseded: int = 0  # events older than one of their job that started a run (see below)
     dropped: int = 0  # run-deployment actions the server gave up on (action.failed events)
+    # Where the time went: a job's first event -> the server created its first run (the
+    # automation's action); every run's wait from created to started on the worker.
+    to_created: list[float] = field(default_factory=list)
+    to_started: list[float] = field(default_factory=list)
 
     @property
     def once(self) -> int:
@@ -148,6 +154,8 @@ def set_worker_limit(env: dict[str, str], limit: int) -> None:
 class SeenRun:
     state: str
     event: tuple[str, str, float] | None  # (job id, event kind, occurred) from its request
+    created: float | None = None  # when the server's automation created it
+    started: float | None = None  # when the worker started it
 
 
 def triage_runs() -> dict[str, SeenRun]:
@@ -171,7 +179,12 @@ def triage_runs() -> dict[str, SeenRun]:
                     occurred = datetime.fromisoformat(str(request["occurred"])).timestamp()
                     event = (str(request["job_id"]), str(request["event"]), round(occurred, 3))
                 state = run.state.type.value if run.state else "NONE"
-                found[str(run.id)] = SeenRun(state=state, event=event)
+                found[str(run.id)] = SeenRun(
+                    state=state,
+                    event=event,
+                    created=run.created.timestamp() if run.created else None,
+                    started=run.start_time.timestamp() if run.start_time else None,
+                )
             if len(page) < 200:
                 return found
             offset += len(page)
@@ -358,8 +371,27 @@ def _burst(
             result.resubmissions[job.resubmission_of] += 1
             firsts.setdefault(job.resubmission_of, job.submitted_at.timestamp())
     result.latencies = [at - first_sent[job_id] for job_id, at in firsts.items()]
+    result.to_created, result.to_started = first_run_delays(runs, first_sent)
     result.span_s = (max(firsts.values()) - burst_at) if firsts else float("nan")
     return result
+
+
+def first_run_delays(
+    runs: dict[str, SeenRun], first_sent: dict[str, float]
+) -> tuple[list[float], list[float]]:
+    """Seconds from each job's first event to the creation of its first run (the server's
+    automation), and every run's wait from creation to its start on the worker (the queue;
+    a job is often remediated before its own first run starts, by its incident's leader)."""
+    first: dict[str, SeenRun] = {}
+    for run in runs.values():
+        if run.event is None or run.created is None or run.event[0] not in first_sent:
+            continue
+        job_id = run.event[0]
+        if job_id not in first or run.created < (first[job_id].created or 0.0):
+            first[job_id] = run
+    created = [r.created - first_sent[j] for j, r in first.items() if r.created is not None]
+    started = [r.started - r.created for r in runs.values() if r.started and r.created]
+    return created, started
 
 
 def dropped_actions(api_url: str, since: float) -> int:
@@ -434,6 +466,11 @@ def table(results: list[Result]) -> str:
             lambda r: f"{statistics.median(r.latencies):.0f}" if r.latencies else "-",
         ),
         ("latency p95 (s)", lambda r: f"{percentile(r.latencies, 0.95):.0f}"),
+        (
+            "  first event -> first run created, median / p95 (s)",
+            lambda r: _spread(r.to_created),
+        ),
+        ("  every run: created -> started, median / p95 (s)", lambda r: _spread(r.to_started)),
         ("server database errors logged", lambda r: str(r.db_errors)),
         ("timed out", lambda r: "yes" if r.timed_out else "no"),
     ]
@@ -442,6 +479,12 @@ def table(results: list[Result]) -> str:
     for name, cell in rows:
         lines.append(f"{name:<{width}}  " + "  ".join(f"{cell(r):>14}" for r in results))
     return "\n".join(lines)
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.0f} / {percentile(values, 0.95):.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
