@@ -303,3 +303,18 @@ def test_a_kubernetes_health_event_names_its_node_even_by_ip() -> None:
     assert diagnosis.category == "GPUFallenOff"
     assert diagnosis.root_cause_host is not None
     assert diagnosis.root_cause_host.startswith("10.0.15.233")
+
+
+def test_open_mpi_names_the_node_whose_daemon_it_lost() -> None:
+    """Open MPI blames "the TCP network connection" but names the daemon's node: a node lost
+    (the pod's exec had ended with 137 just before), placed on that node, not the launcher."""
+    lines = [
+        "command terminated with exit code 137",
+        "ORTE has lost communication with a remote daemon.",
+        "  HNP daemon   : [[11377,0],0] on node job-mpijob-0-launcher-ksczd",
+        "  Remote daemon: [[11377,0],1] on node job-mpijob-0-worker-0",
+        "This is usually due to either a failure of the TCP network",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("launcher.log", lines)])
+    assert diagnosis.category == "NodeFailure"
+    assert diagnosis.root_cause_host == "job-mpijob-0-worker-0"
