@@ -89,3 +89,25 @@ def test_a_lone_sigkill_stays_unproven() -> None:
     lines = [*HEALTHY[:3], "ERROR: process 4242 killed: exits with return code = -9 (SIGKILL)"]
     diagnosis = diagnose([LogSource.from_lines("rank-00000.node000.out", lines)])
     assert diagnosis.category is not Category.HostOOM
+
+
+def test_a_launchers_exit_report_is_not_read_for_words() -> None:
+    """ "Rank 0 crashed with exit code 1" says the job failed, not why: with a table whose
+    crash reports were all host OOM, the launcher's line alone still suggests nothing."""
+    crashes = train(
+        [
+            (Category.HostOOM, "error: rank crashed with exit code, launcher gave up, oom"),
+            (Category.HostOOM, "error: rank crashed with exit code after the oom killer"),
+            (Category.Hang, "warning: collective made no headway, workers idle for an hour"),
+        ]
+    )
+    launcher = "ERROR:composer.cli.launcher:Rank 0 crashed with exit code 1."
+    alone = diagnose(
+        [LogSource.from_lines("launcher.log", [*HEALTHY[:3], launcher])], learned=crashes
+    )
+    assert alone.category is Category.Unknown
+    assert [e.signature for e in alone.evidence] == ["launcher-rank-crashed"]
+    stalled = diagnose(
+        [LogSource.from_lines("launcher.log", [*STALLED, launcher])], learned=TABLE_OF_TWO
+    )
+    assert stalled.category is Category.Hang  # the other lines are still read

@@ -45,7 +45,12 @@ def unexplained(
                 remediation=remediation_for(answer.category),
                 source="llm",
             )
-    text = "\n".join(line for lines in tails.values() for line in lines)
+    # A launcher's report that a rank exited or where (a context line) says that the job
+    # failed, not why: the word table reads the other lines.
+    context = {e.text for e in evidence if e.category is Category.Unknown}
+    text = "\n".join(
+        line for lines in tails.values() for line in lines if line.rstrip("\r\n") not in context
+    )
     guess = learned.guess(text) if learned is not None else None
     if guess is not None and guess.category not in {Category.Unknown, *unproven}:
         return Diagnosis(
