@@ -318,3 +318,22 @@ def test_open_mpi_names_the_node_whose_daemon_it_lost() -> None:
     diagnosis = diagnose([LogSource.from_lines("launcher.log", lines)])
     assert diagnosis.category == "NodeFailure"
     assert diagnosis.root_cause_host == "job-mpijob-0-worker-0"
+
+
+def test_places_named_in_the_line_by_newer_nccl_srun_and_ray() -> None:
+    """Newer NCCL's refused connect, srun's failed task launch and Ray's memory monitor name
+    the peer, the node and the node's IP: each is the place, not the line's printer."""
+    cases = {
+        "socketPollConnect: connect to 22.11.219.25<47479> returned Connection refused, "
+        "exceeded error retry count after 35 attempts": ("NetworkError", "22.11.219.25"),
+        "srun: error: Task launch for 36.0 failed on node cn131: Job credential expired": (
+            "NodeFailure",
+            "cn131",
+        ),
+        "(raylet) node_manager.cc:2963: System memory low at node with IP 172.17.0.2. Used "
+        "memory (23.63GB) / total capacity (33.28GB) (0.709971) exceeds threshold 0.7, killing "
+        "latest task": ("HostOOM", "172.17.0.2"),
+    }
+    for line, (category, host) in cases.items():
+        diagnosis = diagnose([LogSource.from_lines("job.log", [line])])
+        assert (diagnosis.category, diagnosis.root_cause_host) == (category, host), line
