@@ -7,6 +7,7 @@ from trainmedic.adapters.intake import Intake, failure_event
 from trainmedic.core.errors import SchedulerError, ServerError
 from trainmedic.core.files import write_json_atomic
 from trainmedic.core.models import JobEvent, JobInfo, JobState
+from trainmedic.decisions.admission import EventScope
 
 
 class FakeScheduler:
@@ -190,3 +191,34 @@ def test_a_server_that_cannot_say_what_was_taken_up_is_asked_again(tmp_path) -> 
     result = intake.run_pass()
     assert result.redelivered == [] and "could not be reached" in result.error
     assert [e.job_id for e in intake.run_pass().redelivered] == ["7"]
+
+
+def test_a_failure_outside_the_event_scope_is_never_reported_again(tmp_path) -> None:
+    """The site's scope (here one partition) decides what the intake reports again, as it
+    decides what triage acts on: a job in another partition, or of unknown partition, would
+    only end as foreign; the job in scope is reported again."""
+    scheduler = FakeScheduler()
+    asked: list[list[str]] = []
+
+    def taken_up(jobs: list[JobInfo]) -> set[str]:
+        asked.append([j.job_id for j in jobs])
+        return set()
+
+    intake = Intake(
+        scheduler,
+        tmp_path,
+        lambda e: None,
+        taken_up=taken_up,
+        redeliver_after_s=60,
+        scope=EventScope(partitions=frozenset({"train"})),
+    )
+    intake.poll()
+    scheduler.list = [
+        job("1", JobState.FAILED).model_copy(update={"partition": "train"}),
+        job("2", JobState.FAILED).model_copy(update={"partition": "debug"}),
+        job("3", JobState.FAILED),  # the scheduler did not say: not proven in scope
+    ]
+    intake.poll()
+    _age(intake, 120)
+    assert [e.job_id for e in intake.run_pass().redelivered] == ["1"]
+    assert asked == [["1"]]

@@ -29,6 +29,7 @@ from trainmedic.adapters.scheduler.base import Scheduler
 from trainmedic.core.errors import TrainmedicError
 from trainmedic.core.files import locked, read_json, write_json_atomic
 from trainmedic.core.models import JobEvent, JobInfo, JobState
+from trainmedic.decisions.admission import EventScope, out_of_scope
 
 __all__ = [
     "EVENT_FOR_STATE",
@@ -120,12 +121,13 @@ def unanswered(
     redelivered: Collection[str],
     now: datetime,
     after_s: float,
-    max_age_s: float,
+    scope: EventScope,
 ) -> list[JobInfo]:
     """Failures reported at least ``after_s`` ago and not yet reported again, that nothing
-    resubmitted, of managed jobs that failed less than ``max_age_s`` ago (older, triage's
-    admission would refuse the event as stale). Whether a runbook took one up (an incident
-    holds it) is the caller's question to the server: asked only of these few."""
+    resubmitted, of jobs in ``scope`` (triage's admission would end any other as foreign) that
+    failed less than its ``max_age_s`` ago (older, it would refuse the event as stale). Whether
+    a runbook took one up (an incident holds it) is the caller's question to the server: asked
+    only of these few."""
     resubmitted = {j.resubmission_of for j in jobs if j.resubmission_of}
     return [
         job
@@ -133,10 +135,10 @@ def unanswered(
         if job.job_id in sent
         and job.job_id not in redelivered
         and job.job_id not in resubmitted
-        and job.managed
+        and out_of_scope(job, scope) is None
         and failure_event(job) is not None
         and now - sent[job.job_id] >= timedelta(seconds=after_s)
-        and now - (job.ended_at or job.submitted_at) < timedelta(seconds=max_age_s)
+        and now - (job.ended_at or job.submitted_at) < timedelta(seconds=scope.max_age_s)
     ]
 
 
@@ -150,10 +152,12 @@ class Intake:
         backfill: bool = False,
         taken_up: Callable[[Sequence[JobInfo]], Collection[str]] | None = None,
         redeliver_after_s: float = 300.0,
-        max_age_s: float = 3600.0,
+        scope: EventScope | None = None,
     ) -> None:
         """``taken_up``: of these jobs, the ids a runbook has taken up (on the Prefect
-        server: an incident holds them); None turns redelivery off."""
+        server: an incident holds them); None turns redelivery off. ``scope``: the jobs and
+        event ages this installation acts on (the settings' event scope); a failure outside it
+        is never reported again, as triage would end it as foreign or stale."""
         self.scheduler = scheduler
         self.send = send
         self.state_path = Path(home) / "intake.json"
@@ -161,7 +165,7 @@ class Intake:
         self.backfill = backfill
         self.taken_up = taken_up
         self.redeliver_after_s = redeliver_after_s
-        self.max_age_s = max_age_s
+        self.scope = scope or EventScope()
 
     def status(self) -> IntakeStatus | None:
         return intake_status(self.state_path.parent)
@@ -232,7 +236,7 @@ class Intake:
             redelivered=status.redelivered,
             now=now,
             after_s=self.redeliver_after_s,
-            max_age_s=self.max_age_s,
+            scope=self.scope,
         )
         if not waiting:
             return [], ""

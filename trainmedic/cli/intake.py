@@ -36,7 +36,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         backfill=args.backfill,
         taken_up=taken_up_by_runbook(settings) if settings.intake_redeliver_after_s else None,
         redeliver_after_s=settings.intake_redeliver_after_s,
-        max_age_s=event_scope(settings).max_age_s,
+        scope=event_scope(settings),
     )
     delay = args.interval
     while True:

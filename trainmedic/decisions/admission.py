@@ -15,7 +15,7 @@ from pydantic import Field
 from trainmedic.core.models import JobInfo, Strict
 from trainmedic.core.settings import Settings
 
-__all__ = ["Admission", "EventScope", "admit", "event_scope"]
+__all__ = ["Admission", "EventScope", "admit", "event_scope", "out_of_scope"]
 
 
 class EventScope(Strict):
@@ -55,43 +55,9 @@ def admit(
     request (``event == "manual"``) is never stale, but still only for managed jobs: submitted
     through trainmedic, and within the scope's owners, partitions, accounts and comment tag.
     Scope comes first: a job not ours is reported as such, whatever else is true of it."""
-    if not job.managed:
-        return Admission(
-            admitted=False,
-            kind="foreign",
-            why=f"job {job.job_id} was not submitted through trainmedic: not its to remediate",
-        )
-    if scope.owners and job.spec.owner not in scope.owners:
-        return Admission(
-            admitted=False,
-            kind="foreign",
-            why=f"job {job.job_id} belongs to {job.spec.owner}, not one of the managed owners",
-        )
-    # What the scheduler reports, never the spec's wishes: a job is where Slurm put it.
-    # Unknown ("") is out of scope when a scope is set: automation acts only where the scope
-    # is proven.
-    if scope.partitions and job.partition not in scope.partitions:
-        return Admission(
-            admitted=False,
-            kind="foreign",
-            why=f"job {job.job_id} is in partition {job.partition or '(unknown)'}, not one "
-            f"of the managed partitions ({', '.join(sorted(scope.partitions))})",
-        )
-    if scope.accounts and job.account not in scope.accounts:
-        return Admission(
-            admitted=False,
-            kind="foreign",
-            why=f"job {job.job_id} is charged to account {job.account or '(none)'}, not one "
-            f"of the managed accounts ({', '.join(sorted(scope.accounts))})",
-        )
-    if scope.comment_tag and scope.comment_tag not in job.comment:
-        return Admission(
-            admitted=False,
-            kind="foreign",
-            # Someone else's comment is free text: a bounded excerpt in the record.
-            why=f"job {job.job_id}'s comment {job.comment[:120]!r} lacks the managed tag "
-            f"{scope.comment_tag!r}",
-        )
+    foreign = out_of_scope(job, scope)
+    if foreign is not None:
+        return Admission(admitted=False, kind="foreign", why=foreign)
     if resubmissions:
         first = sorted(resubmissions, key=lambda j: int(j.job_id.split("_")[0]))[0]
         return Admission(
@@ -111,6 +77,35 @@ def admit(
                 "a human can still run `trainmedic triage` on it",
             )
     return Admission(admitted=True, kind="admitted", why="")
+
+
+def out_of_scope(job: JobInfo, scope: EventScope) -> str | None:
+    """Why ``job`` is not this installation's to remediate (not submitted through trainmedic,
+    or outside the scope's owners, partitions, accounts or comment tag); None when it is."""
+    if not job.managed:
+        return f"job {job.job_id} was not submitted through trainmedic: not its to remediate"
+    if scope.owners and job.spec.owner not in scope.owners:
+        return f"job {job.job_id} belongs to {job.spec.owner}, not one of the managed owners"
+    # What the scheduler reports, never the spec's wishes: a job is where Slurm put it.
+    # Unknown ("") is out of scope when a scope is set: automation acts only where the scope
+    # is proven.
+    if scope.partitions and job.partition not in scope.partitions:
+        return (
+            f"job {job.job_id} is in partition {job.partition or '(unknown)'}, not one "
+            f"of the managed partitions ({', '.join(sorted(scope.partitions))})"
+        )
+    if scope.accounts and job.account not in scope.accounts:
+        return (
+            f"job {job.job_id} is charged to account {job.account or '(none)'}, not one "
+            f"of the managed accounts ({', '.join(sorted(scope.accounts))})"
+        )
+    if scope.comment_tag and scope.comment_tag not in job.comment:
+        # Someone else's comment is free text: a bounded excerpt in the record.
+        return (
+            f"job {job.job_id}'s comment {job.comment[:120]!r} lacks the managed tag "
+            f"{scope.comment_tag!r}"
+        )
+    return None
 
 
 def event_scope(settings: Settings) -> EventScope:
