@@ -11,12 +11,17 @@ through ``trainmedic.adapters.events.emit``:
 
 * the scheduler's ``job.failed``,
 * the same event again (a replay: same content, same event id: the server drops it),
-* ``job.node_fail`` for the same job (a second source: a distinct event, a second run),
-* ``job.failed`` re-detected a second later (a distinct event, a third run).
+* ``job.node_fail`` for the same job (a second source: a distinct event),
+* ``job.failed`` re-detected a second later (a distinct event).
+
+The triage trigger's ``within`` (prefect.yaml) drops a job's failure events that occurred in
+the window after the one it fired on; an event later than that starts a second run, which ends
+as a duplicate.
 
 It waits until every triage run has ended and then a quiet period, and reports: jobs
 remediated exactly once (one resubmission), never or twice; triage runs per state against the
-distinct events sent (a missing run is a lost event); throughput (remediations per minute from
+distinct events sent (a missing run is a lost event, unless the trigger's window or a newer
+event of its job accounts for it); throughput (remediations per minute from
 the first event to the last resubmission); latency from a job's first event to its
 resubmission (median, p95), and where the time went (the server's automation creating a job's
 first run from its event; every run's wait in the worker's queue). On SQLite always, on PostgreSQL
@@ -86,6 +91,7 @@ class Result:
     db_errors: int = 0
     lost: int = 0  # events that started no run, with no later event of their job that did
     superseded: int = 0  # events older than one of their job that started a run (see below)
+    windowed: int = 0  # events in the trigger's window after one of their job that ran
     dropped: int = 0  # run-deployment actions the server gave up on (action.failed events)
     # Where the time went: a job's first event -> the server created its first run (the
     # automation's action); every run's wait from created to started on the worker.
@@ -194,20 +200,38 @@ def event_key(event: JobEvent) -> tuple[str, str, float]:
     return (event.job_id, event.kind, round(event.occurred.timestamp(), 3))
 
 
-def unrun(events: list[JobEvent], runs: dict[str, SeenRun]) -> tuple[int, int]:
-    """Distinct events that started no run: (lost, superseded). Prefect's reactive trigger
-    (one bucket per job) ignores an event older than one it already fired on for that job,
-    by design: such an event arrived out of order, after a newer one of the same job that
-    did start a run, so nothing of the job is lost. Any other event without a run is lost."""
+def trigger_window_s() -> float:
+    """The triage trigger's ``within`` in prefect.yaml (0 when it has none)."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    for deployment in config["deployments"]:
+        for trigger in deployment.get("triggers") or []:
+            if trigger.get("name") == "job-failed-triage":
+                return float(trigger.get("within", 0))
+    raise SystemExit("burst: prefect.yaml has no job-failed-triage trigger")
+
+
+def unrun(
+    events: list[JobEvent], runs: dict[str, SeenRun], window_s: float
+) -> tuple[int, int, int]:
+    """Distinct events that started no run: (lost, superseded, windowed). Prefect's reactive
+    trigger (one bucket per job) ignores an event older than one it already fired on for
+    that job, by design: such an event arrived out of order, after a newer one of the same
+    job that did start a run (superseded); with ``within``, it also ignores the job's events
+    that occurred less than ``window_s`` after one it fired on (windowed). Either way a run
+    of the job's failure started. Any other event without a run is lost."""
     ran = {r.event for r in runs.values() if r.event}
-    lost = superseded = 0
+    lost = superseded = windowed = 0
     for key in {event_key(e) for e in events} - ran:
         job_id, _, occurred = key
         if any(j == job_id and at > occurred for j, _, at in ran):
             superseded += 1
+        elif any(j == job_id and 0 <= occurred - at < window_s for j, _, at in ran):
+            windowed += 1
         else:
             lost += 1
-    return lost, superseded
+    return lost, superseded, windowed
 
 
 def run_backend(backend: str, args: argparse.Namespace, database_url: str | None) -> Result:
@@ -319,7 +343,7 @@ def wait_settled(
             len(done) == len(ids)
             and all(r.state in TERMINAL for r in runs.values())
             # An event still without a run: lost, once no new run has come for a minute.
-            and (unrun(events, runs)[0] == 0 or now - changed > 60)
+            and (unrun(events, runs, trigger_window_s())[0] == 0 or now - changed > 60)
         ):
             return True
         if now - last_report > 30:
@@ -362,7 +386,7 @@ def _burst(
     time.sleep(args.quiet_s)
     runs = triage_runs()
     result.runs = Counter(r.state for r in runs.values())
-    result.lost, result.superseded = unrun(events, runs)
+    result.lost, result.superseded, result.windowed = unrun(events, runs, trigger_window_s())
     result.dropped = dropped_actions(stack.api_url, burst_at)
     result.resubmissions = Counter(dict.fromkeys(ids, 0))
     firsts: dict[str, float] = {}
@@ -453,6 +477,7 @@ def table(results: list[Result]) -> str:
         ("triage runs", lambda r: " ".join(f"{k}={v}" for k, v in sorted(r.runs.items()))),
         ("lost events", lambda r: str(r.lost)),
         ("events without a run, a later one of the job ran", lambda r: str(r.superseded)),
+        ("events without a run, in the trigger's window", lambda r: str(r.windowed)),
         ("run-deployment actions the server dropped", lambda r: str(r.dropped)),
         ("emit burst (s)", lambda r: f"{r.emit_s:.1f}"),
         ("first event -> last resubmission (s)", lambda r: f"{r.span_s:.0f}"),

@@ -47,6 +47,7 @@ from burst import (  # noqa: E402
     send_burst,
     set_worker_limit,
     triage_runs,
+    trigger_window_s,
     unrun,
     wait_settled,
 )
@@ -130,7 +131,7 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         time.sleep(args.quiet_s)  # a second (wrong) resubmission would come from a late run
         seen = triage_runs()
         runs = Counter(r.state for r in seen.values())
-        lost_events, superseded = unrun(events, seen)
+        lost_events, superseded, windowed = unrun(events, seen, trigger_window_s())
         copies = Counter(dict.fromkeys(ids, 0))
         firsts: dict[str, float] = {}
         placed_bad = 0
@@ -152,9 +153,11 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         "resubmitted_once": sum(1 for n in copies.values() if n == 1),
         "resubmitted_twice": sum(1 for n in copies.values() if n > 1),
         # Failed jobs never resubmitted, and events that started no run (an older duplicate
-        # the trigger dropped after a newer one of its job is not lost: counted apart).
+        # the trigger dropped after a newer one of its job, or one in the trigger's window
+        # after one of its job that ran, is not lost: counted apart).
         "lost": never + lost_events,
         "older_duplicates_dropped": superseded,
+        "duplicates_in_trigger_window": windowed,
         "placed_on_bad_node": placed_bad,
         "first_event_to_last_resubmit_s": round(max(firsts.values()) - burst_at, 1)
         if firsts

@@ -230,6 +230,18 @@ def test_duplicate_events_remediate_once(stack) -> None:
     # Every run the three events started has ended: a second remediation would have acted.
     wait_runbooks_idle()
     assert [j.job_id for j in scheduler.jobs() if j.resubmission_of == job.job_id] == [new.job_id]
+    # The trigger's window (prefect.yaml `within`) dropped the second source's report of the
+    # same failure: one run, not two (the replay never reached the trigger: same event id).
+    assert len(triage_runs_of(failed.job_id)) == 1
+
+
+def triage_runs_of(job_id: str) -> list[object]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["triage"])))
+    return [r for r in runs if r.parameters.get("request", {}).get("job_id") == job_id]
 
 
 def test_loss_spike_event_rolls_back_and_skips_batches(stack) -> None:
