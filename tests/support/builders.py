@@ -1,4 +1,5 @@
-"""Model builders: a valid model with every field a test does not care about filled in."""
+"""Builders: a valid model with every field a test does not care about filled in, and the
+log lines many diagnosis tests need."""
 
 from __future__ import annotations
 
@@ -32,4 +33,13 @@ def job_info(
         submitted_at=now,
         ended_at=now if ended else None,
         resubmission_of=resubmission_of,
+    )
+
+
+def nccl_watchdog_timeout(rank: int, seq: int = 812) -> str:
+    """PyTorch's NCCL watchdog reporting rank ``rank``'s collective ``seq`` timed out."""
+    return (
+        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
+        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
     )

@@ -5,20 +5,12 @@ node loss as control planes report it)."""
 from __future__ import annotations
 
 from support.builders import job_info
+from support.builders import nccl_watchdog_timeout as timeout
 
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.remediation import plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
 from trainmedic.reports.triage import triage_report
-
-
-def timeout(rank: int, seq: int = 812) -> str:
-    return (
-        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
-        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
-        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
-    )
-
 
 # ----------------------------------------------------------------------------- fallout
 

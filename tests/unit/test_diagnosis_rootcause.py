@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from support.builders import nccl_watchdog_timeout as timeout
+
 from trainmedic.core.models import GpuTelemetry
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
@@ -12,14 +14,6 @@ NORMAL = [
     f"grad norm: 0.812 | elapsed time per iteration (ms): 812.3"
     for i in range(1, 120)
 ]
-
-
-def timeout(rank: int) -> str:
-    return (
-        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
-        "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1048576, "
-        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
-    )
 
 
 def job(faulty: dict[str, list[str]], healthy_hosts: list[str]) -> list[LogSource]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from support.builders import nccl_watchdog_timeout as timeout
+
 from trainmedic.core.models import GpuTelemetry
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis import LogSource, diagnose
@@ -28,14 +30,6 @@ def xid(code: int, text: str, bus: str = "1b") -> str:
 
 ECC_48 = xid(48, "An uncorrectable double bit error (DBE) has been detected on GPU.")
 NVLINK_74 = xid(74, "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0)")
-
-
-def timeout(rank: int) -> str:
-    return (
-        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
-        "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1048576, "
-        "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
-    )
 
 
 def test_kernel_lines_from_before_the_job_started_are_history() -> None:
