@@ -97,6 +97,7 @@ class Result:
     # automation's action); every run's wait from created to started on the worker.
     to_created: list[float] = field(default_factory=list)
     to_started: list[float] = field(default_factory=list)
+    run_s: list[float] = field(default_factory=list)  # every run: started -> ended
 
     @property
     def once(self) -> int:
@@ -162,6 +163,7 @@ class SeenRun:
     event: tuple[str, str, float] | None  # (job id, event kind, occurred) from its request
     created: float | None = None  # when the server's automation created it
     started: float | None = None  # when the worker started it
+    ended: float | None = None
 
 
 def triage_runs() -> dict[str, SeenRun]:
@@ -190,6 +192,7 @@ def triage_runs() -> dict[str, SeenRun]:
                     event=event,
                     created=run.created.timestamp() if run.created else None,
                     started=run.start_time.timestamp() if run.start_time else None,
+                    ended=run.end_time.timestamp() if run.end_time else None,
                 )
             if len(page) < 200:
                 return found
@@ -396,6 +399,7 @@ def _burst(
             firsts.setdefault(job.resubmission_of, job.submitted_at.timestamp())
     result.latencies = [at - first_sent[job_id] for job_id, at in firsts.items()]
     result.to_created, result.to_started = first_run_delays(runs, first_sent)
+    result.run_s = [r.ended - r.started for r in runs.values() if r.started and r.ended]
     result.span_s = (max(firsts.values()) - burst_at) if firsts else float("nan")
     return result
 
@@ -496,6 +500,7 @@ def table(results: list[Result]) -> str:
             lambda r: _spread(r.to_created),
         ),
         ("  every run: created -> started, median / p95 (s)", lambda r: _spread(r.to_started)),
+        ("  every run: started -> ended, median / p95 (s)", lambda r: _spread(r.run_s)),
         ("server database errors logged", lambda r: str(r.db_errors)),
         ("timed out", lambda r: "yes" if r.timed_out else "no"),
     ]
