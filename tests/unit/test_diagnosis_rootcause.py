@@ -244,6 +244,21 @@ def test_launcher_prefixes_name_the_host() -> None:
         assert found.split()[0] == host, line
 
 
+def test_an_error_code_in_the_launchers_place_is_no_host() -> None:
+    """Ascend's "EI0002: ..." has the shape of pdsh's "node7: ": a code, not a node; the
+    cluster exception locator after it names the card that went away."""
+    lines = [
+        "EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution of the Notify "
+        "register times out. Reason: The Notify register has not received the Notify record.",
+        "Cluster Exception Location[IP/ID]:[90.90.92.240/1], Arrival Time:[Thu Nov 28 11:56:34 "
+        "2024], Discoverer:[90.90.92.240/0], ExceptionType:[Heartbeat Lost Occurred]",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("job.log", lines)])
+    assert diagnosis.category is Category.NCCLTimeout
+    assert diagnosis.root_cause_host == "90.90.92.240"
+    assert diagnose([LogSource.from_lines("job.log", lines[:1])]).root_cause_host is None
+
+
 def test_large_stream_is_bounded_and_finds_the_error() -> None:
     lines = (NORMAL[i % len(NORMAL)] for i in range(60_000))
     tail = ["NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."]
