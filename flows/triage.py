@@ -38,6 +38,7 @@ from flows.locate import pair_test_job_nodes
 from flows.rollback import RollbackRequest, roll_back
 from flows.slow import remediate_slow
 from flows.tasks import (
+    Resubmission,
     admit_event,
     choose_checkpoint,
     collect_node_diagnostics,
@@ -46,7 +47,8 @@ from flows.tasks import (
     job_lock,
     llm_config,
     load_job,
-    restart_from,
+    resubmit_jobs,
+    resubmit_record,
     server_state,
     stop_job,
     tell_human,
@@ -439,7 +441,8 @@ def _remediate(
         exclude = sorted({*exclude, *found.faulty, *found.held})
     incident = decide_incident(incident, switches, dry_run)
 
-    _at_once(lambda case: _restart(case, exclude, incident, request), cases)
+    _at_once(lambda case: _prepare_restart(case, incident, request), cases)
+    _resubmit_together(cases, exclude, request)
     if not dry_run:
         _verify_restarts(cases)
         for case in cases:
@@ -490,7 +493,9 @@ def _rolling_back(case: _Case) -> bool:
     return case.plan.action is Action.rollback
 
 
-def _restart(case: _Case, exclude: list[str], incident: Incident, request: TriageRequest) -> None:
+def _prepare_restart(case: _Case, incident: Incident, request: TriageRequest) -> None:
+    """Ready one job's restart: wait for any other incident deciding on its nodes, then roll
+    it back (its own runbook path) or choose the checkpoint it restarts from."""
     if not _restarting(case, request):
         return
     if not request.dry_run:
@@ -501,15 +506,29 @@ def _restart(case: _Case, exclude: list[str], incident: Incident, request: Triag
         case.actions.append(rolled_back)
         return
     case.checkpoint = choose_checkpoint(case.job)
-    case.new_job, restarted = restart_from(
-        case.job,
-        case.checkpoint,
-        exclude=exclude,
-        changes=dict(case.plan.spec_changes),
-        dry_run=request.dry_run,
-        verify=False,  # _verify_restarts: the incident's jobs together
+
+
+def _resubmit_together(cases: list[_Case], exclude: list[str], request: TriageRequest) -> None:
+    """The incident's jobs that restart from a checkpoint, resubmitted under one hold of the
+    guard (verified afterwards, together: :func:`_verify_restarts`)."""
+    restarting = [c for c in cases if _restarting(c, request) and not _rolling_back(c)]
+    if not restarting:
+        return
+    new_jobs = resubmit_jobs(
+        [
+            Resubmission(job=c.job, checkpoint=c.checkpoint, changes=dict(c.plan.spec_changes))
+            for c in restarting
+        ],
+        exclude,
+        request.dry_run,
     )
-    case.actions.extend(restarted)
+    for case, new_job in zip(restarting, new_jobs, strict=True):
+        case.new_job = new_job
+        if new_job is not None:
+            from_step = case.checkpoint.step if case.checkpoint else 0
+            case.actions.append(
+                resubmit_record(case.job, new_job, from_step, dict(case.plan.spec_changes))
+            )
 
 
 def _verify_restarts(cases: list[_Case]) -> None:

@@ -168,3 +168,110 @@ def test_a_duplicate_of_a_job_another_run_has_ends_without_waiting_for_its_lock(
     assert result.not_handled is not None and result.not_handled.startswith("duplicate")
     assert f"handled by run {leader}" in result.not_handled
     assert result.new_job_id is None and not result.drained
+
+
+def _crash_dataloaders(scheduler, count: int) -> list:  # type: ignore[no-untyped-def]
+    """``count`` one-node jobs behind leaf01 whose dataloader workers are killed: an incident
+    whose only destructive actions are its resubmissions (num_workers=0, no drain)."""
+    leaf01 = ("node001", "node002", "node003", "node004")
+    everything = [n.name for n in scheduler.nodes()]
+    jobs = [
+        scheduler.submit(
+            JobSpec(
+                name=f"loader{i}",
+                nodes=1,
+                gpus_per_node=1,
+                steps=100_000,
+                checkpoint_every=5,
+                num_workers=2,
+                exclude=tuple(n for n in everything if n not in leaf01),
+            )
+        )
+        for i in range(count)
+    ]
+    for job in jobs:
+        wait_step(job, 7)
+    for job in jobs:
+        scheduler.inject_job_fault(job.job_id, "dataloader")
+    return [wait_finished(scheduler, j.job_id) for j in jobs]
+
+
+@pytest.fixture
+def guard_holds(monkeypatch) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """What happened under the cluster's guard lock, in order: ("hold", ""), each recorded
+    action ("record", kind) and ("release", ""). The real lock and records, only watched."""
+    import contextlib
+
+    from trainmedic.adapters.server_state import ServerState
+
+    seen: list[tuple[str, str]] = []
+    real_lock, real_record = ServerState.lock, ServerState.record_action
+
+    @contextlib.contextmanager
+    def lock(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with real_lock(self, *args, **kwargs):
+            seen.append(("hold", ""))
+            try:
+                yield
+            finally:
+                seen.append(("release", ""))
+
+    def record_action(self, entry) -> None:  # type: ignore[no-untyped-def]
+        real_record(self, entry)
+        seen.append(("record", str(entry.kind)))
+
+    monkeypatch.setattr(ServerState, "lock", lock)
+    monkeypatch.setattr(ServerState, "record_action", record_action)
+    return seen
+
+
+def test_an_incidents_jobs_are_resubmitted_under_one_hold_of_the_guard(
+    prefect_server, fabric, guard_holds
+) -> None:
+    """A storm's resubmissions used to queue on the cluster's guard lock one by one (~0.6 s
+    each on a busy server): an incident's are checked against the breaker and recorded under
+    one hold."""
+    from flows.triage import TriageRequest, triage
+
+    _, scheduler = fabric
+    failed = _crash_dataloaders(scheduler, 3)
+    result = triage(TriageRequest(job_id=failed[0].job_id, event="job.failed"))
+    assert sorted(result.incident_jobs) == sorted(j.job_id for j in failed)
+    copies = [j for j in scheduler.jobs() if j.resubmission_of]
+    assert sorted(j.resubmission_of for j in copies) == sorted(j.job_id for j in failed)
+    holds = " ".join(what if what != "record" else kind for what, kind in guard_holds)
+    assert "hold resubmit resubmit resubmit release" in holds, holds
+
+
+def test_the_breaker_lets_an_incident_resubmit_as_many_as_it_has_room_for(
+    prefect_server, fabric, monkeypatch
+) -> None:
+    """Room for two destructive actions, an incident of three jobs: two resubmitted and
+    recorded, the third refused, on-call paged, the run failed with why."""
+    from flows.tasks import breaker_status
+    from flows.triage import TriageRequest, triage
+    from trainmedic.core.errors import PolicyRefused
+    from trainmedic.core.settings import get_settings
+
+    monkeypatch.setenv("TRAINMEDIC_BREAKER_LIMIT", "2")
+    get_settings.cache_clear()
+    _, scheduler = fabric
+    failed = _crash_dataloaders(scheduler, 3)
+    with pytest.raises(PolicyRefused, match="circuit breaker OPEN"):
+        triage(TriageRequest(job_id=failed[0].job_id, event="job.failed"))
+    resubmitted = sorted(j.resubmission_of for j in scheduler.jobs() if j.resubmission_of)
+    assert len(resubmitted) == 2
+    state = breaker_status()
+    assert state.open and state.count == 2
+    (refused,) = {j.job_id for j in failed} - set(resubmitted)
+    pages = wait_until(
+        lambda: [
+            e
+            for e in server_events("trainmedic.run.*")
+            if e["event"] == "trainmedic.page"
+            and e["payload"]["category"] == "circuit breaker open"
+        ],
+        30,
+        "the page about the open breaker",
+    )
+    assert f"job {refused} refused" in pages[-1]["payload"]["summary"]

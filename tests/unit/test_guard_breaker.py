@@ -18,6 +18,13 @@ def test_breaker_opens_at_the_limit_within_the_window() -> None:
     assert "OPEN" in state.describe()
 
 
+def test_room_is_what_the_breaker_still_lets_through() -> None:
+    breaker = CircuitBreaker(limit=3, window_s=3600)
+    assert breaker_state([], NOW, breaker).room == 3
+    assert breaker_state([entry(1), entry(2)], NOW, breaker).room == 1
+    assert breaker_state([entry(1), entry(2), entry(3), entry(4)], NOW, breaker).room == 0
+
+
 def test_old_actions_age_out_and_a_reset_clears() -> None:
     breaker = CircuitBreaker(limit=2, window_s=600)
     assert not breaker_state([entry(11), entry(12), entry(1)], NOW, breaker).open

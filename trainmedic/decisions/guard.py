@@ -191,6 +191,11 @@ class BreakerState(Strict):
     limit: int
     window_s: int
 
+    @property
+    def room(self) -> int:
+        """How many more destructive actions the breaker lets through now."""
+        return max(0, self.limit - self.count)
+
     def describe(self) -> str:
         state = "OPEN: automatic actions refused" if self.open else "closed"
         return (
