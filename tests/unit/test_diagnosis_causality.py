@@ -65,6 +65,15 @@ def test_an_nccl_error_printed_first_is_the_fallout_of_a_gpu_fault() -> None:
     assert suspect_hosts(diagnosis) == ["node007"]
 
 
+def test_a_gpu_nvml_cannot_reach_after_a_fatal_nvswitch_error_is_that_errors_aftermath() -> None:
+    lost = "Unable to determine the device handle for GPU0000:20:00.0: Unknown Error"
+    fatal = "nvidia-nvswitch2: SXid (PCI:0000:aa:00.0): 20034, Fatal, Link 12 LTSSM Fault Up"
+    both = diagnose([LogSource.from_lines("node004-dmesg.log", [lost, fatal])])
+    assert both.category is Category.NVLinkError
+    alone = diagnose([LogSource.from_lines("node004-dmesg.log", [lost])])
+    assert alone.category is Category.GPUFallenOff
+
+
 def test_the_nccl_cascade_is_searched_for_its_initiator() -> None:
     """Timeouts on every rank, an NCCL error that only wraps a CUDA failure on one: the CUDA
     failure on that rank started it."""
