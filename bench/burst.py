@@ -92,6 +92,7 @@ class Result:
     lost: int = 0  # events that started no run, with no later event of their job that did
     superseded: int = 0  # events older than one of their job that started a run (see below)
     windowed: int = 0  # events in the trigger's window after one of their job that ran
+    behind_dropped: int = 0  # events of a job whose only fired action the server dropped
     dropped: int = 0  # run-deployment actions the server gave up on (action.failed events)
     # Where the time went: a job's first event -> the server created its first run (the
     # automation's action); every run's wait from created to started on the worker.
@@ -216,25 +217,33 @@ def trigger_window_s() -> float:
 
 
 def unrun(
-    events: list[JobEvent], runs: dict[str, SeenRun], window_s: float
-) -> tuple[int, int, int]:
+    events: list[JobEvent],
+    runs: dict[str, SeenRun],
+    window_s: float,
+    dropped_jobs: frozenset[str] = frozenset(),
+) -> tuple[int, int, int, int]:
     """Distinct events that started no run: (lost, superseded, windowed). Prefect's reactive
     trigger (one bucket per job) ignores an event older than one it already fired on for
     that job, by design: such an event arrived out of order, after a newer one of the same
     job that did start a run (superseded); with ``within``, it also ignores the job's events
     that occurred less than ``window_s`` after one it fired on (windowed). Either way a run
-    of the job's failure started. Any other event without a run is lost."""
+    of the job's failure started. A job in ``dropped_jobs`` had the trigger fire and the
+    server drop that action (then its other events were in the window): its events without
+    a run are counted apart, the intake reports such a failure again. Any other event
+    without a run is lost."""
     ran = {r.event for r in runs.values() if r.event}
-    lost = superseded = windowed = 0
+    lost = superseded = windowed = behind_dropped = 0
     for key in {event_key(e) for e in events} - ran:
         job_id, _, occurred = key
         if any(j == job_id and at > occurred for j, _, at in ran):
             superseded += 1
         elif any(j == job_id and 0 <= occurred - at < window_s for j, _, at in ran):
             windowed += 1
+        elif job_id in dropped_jobs:
+            behind_dropped += 1
         else:
             lost += 1
-    return lost, superseded, windowed
+    return lost, superseded, windowed, behind_dropped
 
 
 def run_backend(backend: str, args: argparse.Namespace, database_url: str | None) -> Result:
@@ -389,8 +398,10 @@ def _burst(
     time.sleep(args.quiet_s)
     runs = triage_runs()
     result.runs = Counter(r.state for r in runs.values())
-    result.lost, result.superseded, result.windowed = unrun(events, runs, trigger_window_s())
-    result.dropped = dropped_actions(stack.api_url, burst_at)
+    result.dropped, dropped_jobs = dropped_actions(stack.api_url, burst_at)
+    result.lost, result.superseded, result.windowed, result.behind_dropped = unrun(
+        events, runs, trigger_window_s(), dropped_jobs
+    )
     result.resubmissions = Counter(dict.fromkeys(ids, 0))
     firsts: dict[str, float] = {}
     for job in sorted(scheduler.jobs(), key=lambda j: j.submitted_at):
@@ -422,12 +433,13 @@ def first_run_delays(
     return created, started
 
 
-def dropped_actions(api_url: str, since: float) -> int:
-    """Automation actions the server gave up on since ``since``: under a burst on SQLite its
-    in-process client retries a refused write for about a minute, then records
-    ``prefect.automation.action.failed`` and starts no run for that event. The intake reports
-    such a failure again (trainmedic/adapters/intake.py); this burst sends its events
-    itself, so here a dropped action is recovered only if the job had another event."""
+def dropped_actions(api_url: str, since: float) -> tuple[int, frozenset[str]]:
+    """Automation actions the server gave up on since ``since``, and the jobs whose events
+    they were for: under a burst on SQLite its in-process client retries a refused write for
+    about a minute, then records ``prefect.automation.action.failed`` and starts no run for
+    that event. The intake reports such a failure again (trainmedic/adapters/intake.py); this
+    burst sends its events itself, so here a dropped action is recovered only if the job had
+    another event outside the trigger's window, or its incident's run took it up."""
     import httpx
 
     body = {
@@ -439,7 +451,24 @@ def dropped_actions(api_url: str, since: float) -> int:
     }
     response = httpx.post(f"{api_url}/events/filter", json=body, timeout=30)
     response.raise_for_status()
-    return int(response.json().get("total", len(response.json().get("events", []))))
+    found = response.json()
+    failed = found.get("events", [])
+    triggering = [
+        r["prefect.resource.id"].removeprefix("prefect.event.")
+        for e in failed
+        for r in e.get("related", [])
+        if r.get("prefect.resource.role") == "triggering-event"
+    ]
+    jobs: set[str] = set()
+    if triggering:
+        body = {"filter": {"id": {"id": triggering}}, "limit": 50}
+        response = httpx.post(f"{api_url}/events/filter", json=body, timeout=30)
+        response.raise_for_status()
+        for event in response.json().get("events", []):
+            job_id = event.get("resource", {}).get("trainmedic.job.id")
+            if job_id:
+                jobs.add(str(job_id))
+    return int(found.get("total", len(failed))), frozenset(jobs)
 
 
 def _db_errors(server_log: Path) -> int:
@@ -482,6 +511,10 @@ def table(results: list[Result]) -> str:
         ("lost events", lambda r: str(r.lost)),
         ("events without a run, a later one of the job ran", lambda r: str(r.superseded)),
         ("events without a run, in the trigger's window", lambda r: str(r.windowed)),
+        (
+            "events without a run, their job's action dropped (the intake reports them again)",
+            lambda r: str(r.behind_dropped),
+        ),
         ("run-deployment actions the server dropped", lambda r: str(r.dropped)),
         ("emit burst (s)", lambda r: f"{r.emit_s:.1f}"),
         ("first event -> last resubmission (s)", lambda r: f"{r.span_s:.0f}"),

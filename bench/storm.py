@@ -42,6 +42,7 @@ from burst import (  # noqa: E402
     _step,
     _wait,
     burst_events,
+    dropped_actions,
     environment,
     percentile,
     send_burst,
@@ -131,7 +132,10 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         time.sleep(args.quiet_s)  # a second (wrong) resubmission would come from a late run
         seen = triage_runs()
         runs = Counter(r.state for r in seen.values())
-        lost_events, superseded, windowed = unrun(events, seen, trigger_window_s())
+        dropped, dropped_jobs = dropped_actions(stack.api_url, burst_at)
+        lost_events, superseded, windowed, behind_dropped = unrun(
+            events, seen, trigger_window_s(), dropped_jobs
+        )
         copies = Counter(dict.fromkeys(ids, 0))
         firsts: dict[str, float] = {}
         placed_bad = 0
@@ -158,6 +162,10 @@ def run_backend(backend: str, args: argparse.Namespace, database_url: str | None
         "lost": never + lost_events,
         "older_duplicates_dropped": superseded,
         "duplicates_in_trigger_window": windowed,
+        # The server dropped the action of these jobs' fired event (the intake reports such a
+        # failure again; its incident's run may have taken it up already).
+        "actions_dropped": dropped,
+        "events_behind_a_dropped_action": behind_dropped,
         "placed_on_bad_node": placed_bad,
         "first_event_to_last_resubmit_s": round(max(firsts.values()) - burst_at, 1)
         if firsts
