@@ -75,8 +75,11 @@ def test_a_gpu_nvml_cannot_reach_after_a_fatal_nvswitch_error_is_that_errors_aft
 
 
 def test_nvlink_queries_of_a_lost_gpu_are_its_aftermath_and_an_xid_74_is_not() -> None:
-    lost = "failed to get nvlink remote pci info: failed to get nvlink state: GPU is lost"
-    assert diagnose([LogSource.from_lines("node3.log", [lost])]).category is (Category.GPUFallenOff)
+    lost = [
+        "unable to get device link information: error getting NVLink for devices (0, 1):",
+        "failed to get nvlink remote pci info: failed to get nvlink state: GPU is lost,",
+    ]
+    assert diagnose([LogSource.from_lines("node3.log", lost)]).category is Category.GPUFallenOff
     link = "NVRM: Xid (PCI:0000:48:00): 74, pid=2, name=python, NVLink: fatal error detected"
     reset = (
         "NVRM: Xid (PCI:0000:48:00): 154, GPU recovery action changed from 0x0 (None) to "
