@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 from support.builders import job_info
 
 from trainmedic.adapters.events import to_prefect_event
-from trainmedic.adapters.intake import Intake, failure_event
+from trainmedic.adapters.intake import TRIGGER_WINDOW_S, Intake, failure_event
 from trainmedic.core.errors import SchedulerError, ServerError
 from trainmedic.core.files import write_json_atomic
 from trainmedic.core.models import JobEvent, JobInfo, JobState
@@ -145,6 +145,57 @@ def test_a_failure_no_runbook_took_up_is_reported_again_once(tmp_path) -> None:
     _age(intake, 600)
     assert intake.run_pass().redelivered == [] and len(sent) == 2  # once
     assert "1 failure(s) reported again" in intake.status().describe(datetime.now(UTC))
+
+
+def test_a_failure_whose_start_the_server_dropped_is_reported_again_after_the_window(
+    tmp_path,
+) -> None:
+    """The server says it dropped the action of job 7's event (action.failed): 7 is reported
+    again once the trigger's window has passed (a report inside it would be folded into the
+    dropped one), not after the whole grace; job 8, of which the server said nothing, waits."""
+    scheduler = FakeScheduler()
+    sent: list[JobEvent] = []
+    asked: list[datetime] = []
+
+    def dropped(since: datetime) -> set[str]:
+        asked.append(since)
+        return {"7"}
+
+    intake = Intake(
+        scheduler,
+        tmp_path,
+        sent.append,
+        taken_up=lambda jobs: set(),
+        redeliver_after_s=300,
+        dropped=dropped,
+    )
+    intake.poll()
+    scheduler.list = [job("7", JobState.FAILED), job("8", JobState.FAILED)]
+    intake.poll()
+    _age(intake, TRIGGER_WINDOW_S - 5)
+    assert intake.run_pass().redelivered == []  # inside the window: it would be folded
+    _age(intake, 6)
+    again = intake.run_pass().redelivered
+    assert [e.job_id for e in again] == ["7"]
+    assert "(the server dropped its start)" in again[0].reason
+    assert datetime.now(UTC) - asked[-1] >= timedelta(seconds=299)  # only recent drops
+    _age(intake, 300)
+    assert [e.job_id for e in intake.run_pass().redelivered] == ["8"]
+
+
+def test_the_intake_knows_the_triage_triggers_window() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "prefect.yaml").read_text())
+    (trigger,) = [
+        t
+        for d in config["deployments"]
+        for t in d.get("triggers") or []
+        if t["name"] == "job-failed-triage"
+    ]
+    assert trigger["within"] == TRIGGER_WINDOW_S
 
 
 def test_failures_taken_up_resubmitted_foreign_or_stale_are_not_reported_again(

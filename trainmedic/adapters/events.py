@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import datetime
 
 import httpx
 
@@ -68,16 +69,74 @@ def emit(
     if not api_url:
         raise ServerError("PREFECT_API_URL is not set: where should the event go?")
     body = to_prefect_event(event)
-    auth = os.environ.get("PREFECT_API_AUTH_STRING")
-    headers = {}
-    if auth:
-        import base64
-
-        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     try:
         with http_client(timeout_s, transport) as client:
-            response = client.post(f"{api_url.rstrip('/')}/events", json=[body], headers=headers)
+            response = client.post(f"{api_url.rstrip('/')}/events", json=[body], headers=_headers())
             response.raise_for_status()
     except httpx.HTTPError as exc:
         raise ServerError(f"could not send event {body['event']} to {api_url}: {exc}") from exc
     return str(body["id"])
+
+
+def _headers() -> dict[str, str]:
+    auth = os.environ.get("PREFECT_API_AUTH_STRING")
+    if not auth:
+        return {}
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+
+
+# The server's page of /events/filter; more dropped actions than this in one intake pass is
+# a server that drops nearly everything (the next passes read the rest as time moves on).
+_PAGE = 50
+
+
+def dropped_jobs(
+    since: datetime,
+    *,
+    api_url: str | None = None,
+    timeout_s: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+) -> set[str]:
+    """The jobs whose event an automation fired on since ``since`` and whose action the
+    server then gave up on (``prefect.automation.action.failed``: under a burst on SQLite, a
+    run it could not create): the failed action names its triggering event, which names the
+    job."""
+    api_url = (api_url or os.environ.get("PREFECT_API_URL") or _active_prefect_api_url()).rstrip(
+        "/"
+    )
+    if not api_url:
+        raise ServerError("PREFECT_API_URL is not set: which server dropped what?")
+    failed = {
+        "filter": {
+            "occurred": {"since": since.isoformat()},
+            "event": {"name": ["prefect.automation.action.failed"]},
+        },
+        "limit": _PAGE,
+    }
+    try:
+        with http_client(timeout_s, transport) as client:
+            response = client.post(f"{api_url}/events/filter", json=failed, headers=_headers())
+            response.raise_for_status()
+            triggering = sorted(
+                {
+                    related["prefect.resource.id"].removeprefix("prefect.event.")
+                    for event in response.json().get("events", [])
+                    for related in event.get("related", [])
+                    if related.get("prefect.resource.role") == "triggering-event"
+                }
+            )
+            if not triggering:
+                return set()
+            body = {"filter": {"id": {"id": triggering}}, "limit": _PAGE}
+            response = client.post(f"{api_url}/events/filter", json=body, headers=_headers())
+            response.raise_for_status()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ServerError(f"could not read dropped actions from {api_url}: {exc}") from exc
+    return {
+        str(event["resource"]["trainmedic.job.id"])
+        for event in response.json().get("events", [])
+        if str(event.get("event", "")).startswith(EVENT_PREFIX + "job.")
+        and event.get("resource", {}).get("trainmedic.job.id")
+    }

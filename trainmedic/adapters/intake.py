@@ -14,7 +14,10 @@ Accepted is not answered: a Prefect server under a burst can give up on an autom
 action (its in-process client retries a busy SQLite for about a minute, then records
 ``prefect.automation.action.failed`` and drops it). So a failure that, ``redeliver_after_s``
 after its event was accepted, no runbook has taken up (no incident holds the job) and nothing
-resubmitted, is reported once more as a new event (its own id, occurred now), once.
+resubmitted, is reported once more as a new event (its own id, occurred now), once. When the
+server says it dropped the action of the job's event, the failure does not wait that long:
+it is reported again as soon as the triage trigger's window (``TRIGGER_WINDOW_S``) has passed,
+which would fold an earlier report into the dropped one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from trainmedic.decisions.admission import EventScope, out_of_scope
 
 __all__ = [
     "EVENT_FOR_STATE",
+    "TRIGGER_WINDOW_S",
     "Intake",
     "IntakeStatus",
     "PassResult",
@@ -40,6 +44,11 @@ __all__ = [
     "intake_status",
     "unanswered",
 ]
+
+# The triage trigger's `within` in prefect.yaml: its reports of one job's failure that occurred
+# in this window after the one it fired on start nothing (tests/unit/test_intake.py checks the
+# two agree).
+TRIGGER_WINDOW_S = 60.0
 
 EVENT_FOR_STATE = {
     JobState.FAILED: "job.failed",
@@ -122,13 +131,20 @@ def unanswered(
     now: datetime,
     after_s: float,
     scope: EventScope,
+    dropped: Collection[str] = (),
 ) -> list[JobInfo]:
-    """Failures reported at least ``after_s`` ago and not yet reported again, that nothing
-    resubmitted, of jobs in ``scope`` (triage's admission would end any other as foreign) that
-    failed less than its ``max_age_s`` ago (older, it would refuse the event as stale). Whether
-    a runbook took one up (an incident holds it) is the caller's question to the server: asked
-    only of these few."""
+    """Failures reported at least ``after_s`` ago (those of ``dropped`` jobs, whose trigger
+    action the server dropped, once the trigger's window has passed) and not yet reported
+    again, that nothing resubmitted, of jobs in ``scope`` (triage's admission would end any
+    other as foreign) that failed less than its ``max_age_s`` ago (older, it would refuse the
+    event as stale). Whether a runbook took one up (an incident holds it) is the caller's
+    question to the server: asked only of these few."""
     resubmitted = {j.resubmission_of for j in jobs if j.resubmission_of}
+
+    def waited(job: JobInfo) -> bool:
+        wait = min(after_s, TRIGGER_WINDOW_S) if job.job_id in dropped else after_s
+        return now - sent[job.job_id] >= timedelta(seconds=wait)
+
     return [
         job
         for job in jobs
@@ -137,7 +153,7 @@ def unanswered(
         and job.job_id not in resubmitted
         and out_of_scope(job, scope) is None
         and failure_event(job) is not None
-        and now - sent[job.job_id] >= timedelta(seconds=after_s)
+        and waited(job)
         and now - (job.ended_at or job.submitted_at) < timedelta(seconds=scope.max_age_s)
     ]
 
@@ -153,11 +169,14 @@ class Intake:
         taken_up: Callable[[Sequence[JobInfo]], Collection[str]] | None = None,
         redeliver_after_s: float = 300.0,
         scope: EventScope | None = None,
+        dropped: Callable[[datetime], Collection[str]] | None = None,
     ) -> None:
         """``taken_up``: of these jobs, the ids a runbook has taken up (on the Prefect
         server: an incident holds them); None turns redelivery off. ``scope``: the jobs and
         event ages this installation acts on (the settings' event scope); a failure outside it
-        is never reported again, as triage would end it as foreign or stale."""
+        is never reported again, as triage would end it as foreign or stale. ``dropped``: the
+        jobs whose trigger action the server dropped since a time (its action.failed events);
+        None: such a failure waits ``redeliver_after_s`` like any other."""
         self.scheduler = scheduler
         self.send = send
         self.state_path = Path(home) / "intake.json"
@@ -166,6 +185,7 @@ class Intake:
         self.taken_up = taken_up
         self.redeliver_after_s = redeliver_after_s
         self.scope = scope or EventScope()
+        self.dropped = dropped
 
     def status(self) -> IntakeStatus | None:
         return intake_status(self.state_path.parent)
@@ -230,6 +250,13 @@ class Intake:
     ) -> tuple[list[JobEvent], str]:
         """Report again, once, each failure no runbook took up (see the module's doc)."""
         assert self.taken_up is not None
+        dropped: set[str] = set()
+        if self.dropped is not None and status.sent:
+            # Only failures still inside the ordinary wait can gain from the server's word.
+            try:
+                dropped = set(self.dropped(now - timedelta(seconds=self.redeliver_after_s)))
+            except (TrainmedicError, OSError) as exc:
+                return [], f"server: {exc}"
         waiting = unanswered(
             jobs,
             sent=status.sent,
@@ -237,6 +264,7 @@ class Intake:
             now=now,
             after_s=self.redeliver_after_s,
             scope=self.scope,
+            dropped=dropped,
         )
         if not waiting:
             return [], ""
@@ -256,7 +284,9 @@ class Intake:
                     "occurred": now,
                     "reason": (
                         f"reported again: no runbook took up the failure reported at "
-                        f"{sent_at:%H:%M:%S} UTC; {first.reason}"
+                        f"{sent_at:%H:%M:%S} UTC"
+                        + (" (the server dropped its start)" if job.job_id in dropped else "")
+                        + f"; {first.reason}"
                     )[:512],
                 }
             )

@@ -25,7 +25,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     apply_prefect_env(settings)
-    from trainmedic.adapters.events import emit
+    from trainmedic.adapters.events import dropped_jobs, emit
     from trainmedic.adapters.intake import Intake
     from trainmedic.adapters.scheduler import get_scheduler
 
@@ -37,6 +37,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         taken_up=taken_up_by_runbook(settings) if settings.intake_redeliver_after_s else None,
         redeliver_after_s=settings.intake_redeliver_after_s,
         scope=event_scope(settings),
+        dropped=dropped_jobs if settings.intake_redeliver_after_s else None,
     )
     delay = args.interval
     while True:
