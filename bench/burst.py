@@ -442,9 +442,12 @@ def dropped_actions(api_url: str, since: float) -> tuple[int, frozenset[str]]:
     another event outside the trigger's window, or its incident's run took it up."""
     import httpx
 
+    from trainmedic.adapters.events import dropped_jobs
+
+    start = datetime.fromtimestamp(since).astimezone()
     body = {
         "filter": {
-            "occurred": {"since": datetime.fromtimestamp(since).astimezone().isoformat()},
+            "occurred": {"since": start.isoformat()},
             "event": {"name": ["prefect.automation.action.failed"]},
         },
         "limit": 50,  # the endpoint's page; "total" counts them all
@@ -452,23 +455,8 @@ def dropped_actions(api_url: str, since: float) -> tuple[int, frozenset[str]]:
     response = httpx.post(f"{api_url}/events/filter", json=body, timeout=30)
     response.raise_for_status()
     found = response.json()
-    failed = found.get("events", [])
-    triggering = [
-        r["prefect.resource.id"].removeprefix("prefect.event.")
-        for e in failed
-        for r in e.get("related", [])
-        if r.get("prefect.resource.role") == "triggering-event"
-    ]
-    jobs: set[str] = set()
-    if triggering:
-        body = {"filter": {"id": {"id": triggering}}, "limit": 50}
-        response = httpx.post(f"{api_url}/events/filter", json=body, timeout=30)
-        response.raise_for_status()
-        for event in response.json().get("events", []):
-            job_id = event.get("resource", {}).get("trainmedic.job.id")
-            if job_id:
-                jobs.add(str(job_id))
-    return int(found.get("total", len(failed))), frozenset(jobs)
+    count = int(found.get("total", len(found.get("events", []))))
+    return count, frozenset(dropped_jobs(start, api_url=api_url, timeout_s=30) if count else ())
 
 
 def _db_errors(server_log: Path) -> int:

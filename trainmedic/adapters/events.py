@@ -87,8 +87,8 @@ def _headers() -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
 
 
-# The server's page of /events/filter; more dropped actions than this in one intake pass is
-# a server that drops nearly everything (the next passes read the rest as time moves on).
+# The server's page of /events/filter. A server that dropped more starts than this in the
+# intake's grace drops nearly everything: the ones past the page wait out the grace.
 _PAGE = 50
 
 
