@@ -82,6 +82,35 @@ def test_failed_send_is_retried_next_pass_in_order_and_recorded(tmp_path) -> Non
     assert status.pending == [] and status.last_error == "" and status.errors_in_a_row == 0
 
 
+def test_the_status_mid_pass_shows_what_is_still_to_send_and_no_stale_error(tmp_path) -> None:
+    """Saved after each send: once the server took one, the error of the outage is gone
+    and only the failures not yet sent show as waiting (an operator, or `status`, reading
+    it mid-pass sees the truth, not "nothing waiting, still failing")."""
+    scheduler = FakeScheduler()
+    intake = Intake(scheduler, tmp_path, lambda e: None)
+    intake.poll()
+    first, second = job("5", JobState.FAILED), job("6", JobState.TIMEOUT)
+    scheduler.list = [first, second]
+    order = [j.job_id for j in sorted(scheduler.list, key=lambda j: j.ended_at)]
+
+    def refuse(event):
+        raise ServerError("the Prefect API could not be reached")
+
+    intake.send = refuse
+    intake.run_pass()
+    assert intake.status().last_error
+    seen: list[tuple[list[str], str]] = []
+
+    def send(event):
+        status = intake.status()
+        seen.append(([p[0] for p in status.pending], status.last_error))
+
+    intake.send = send
+    intake.run_pass()
+    assert seen[0][0] == order and seen[0][1]  # before the first send: the outage stands
+    assert seen[1] == ([order[1]], "")  # after it: one left, the server answered
+
+
 def test_a_scheduler_error_on_the_first_pass_keeps_history_as_history(tmp_path) -> None:
     scheduler = FakeScheduler()
     sent = []

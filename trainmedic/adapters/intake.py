@@ -235,7 +235,11 @@ class Intake:
                 sent.append(event)
                 status.last_sent_at = datetime.now(UTC)
                 status.sent[event.job_id] = status.last_sent_at
-                self._save(status, reported, [], "", now, keep_errors=True)
+                # Saved after each send (a crash mid-pass must not send it again); the
+                # server just took it, so an earlier error no longer stands, and what the
+                # status shows waiting is what is still to send.
+                later = [(e.job_id, e.occurred) for e in events[number + 1 :]]
+                self._save(status, reported, later, "", now)
             else:
                 events = []
             waiting = [(e.job_id, e.occurred) for e in events]
@@ -305,15 +309,12 @@ class Intake:
         waiting: list[tuple[str, datetime]],
         error: str,
         now: datetime,
-        *,
-        keep_errors: bool = False,
     ) -> None:
         status.reported = sorted(reported)
         status.last_pass_at = now
         status.pending = waiting
-        if not keep_errors:
-            status.errors_in_a_row = status.errors_in_a_row + 1 if error else 0
-            status.last_error = error[:300]
+        status.errors_in_a_row = status.errors_in_a_row + 1 if error else 0
+        status.last_error = error[:300]
         write_json_atomic(self.state_path, status.model_dump(mode="json"))
 
 
