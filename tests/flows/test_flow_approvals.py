@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId
+from support.artifacts import artifact_text, run_artifacts
 from support.waits import (
     paused_triage,
     run_in_thread,
@@ -41,29 +41,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
-
-
-def artifact_text(artifact_id: str) -> str:
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(id=ArtifactFilterId(any_=[uuid.UUID(artifact_id)]))
-        )
-    assert found, f"no artifact {artifact_id}"
-    return str(found[0].data)
-
-
-def flow_run_artifact(flow_run_id: str, key: str) -> str:
-    from prefect.client.schemas.filters import ArtifactFilterFlowRunId, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(flow_run_id)]),
-                key=ArtifactFilterKey(any_=[key]),
-            )
-        )
-    assert found, f"no artifact {key} in flow run {flow_run_id}"
-    return str(found[0].data)
 
 
 def drained(scheduler) -> list[str]:  # type: ignore[no-untyped-def]
@@ -146,7 +123,7 @@ def test_a_locate_approved_for_a_subset_drains_only_that_subset(
     assert result.isolation.approved == ["node006"]
     assert result.isolation.drained == ["node006"]
     assert drained(scheduler) == ["node006"]
-    summary = flow_run_artifact(result.flow_run_id, "locate-summary")
+    summary = str(run_artifacts(result.flow_run_id)["locate-summary"])
     assert "human (carol): approve_subset: node003 is already in for RMA" in summary
 
 

@@ -6,27 +6,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from uuid import UUID
 
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from support.artifacts import run_artifacts
 from support.waits import run_in_thread, unique_run_name, wait_paused, wait_until
 
 from trainmedic.core.models import NodeState
 
 ALL = "node[001-008]"
 HALF = "node[001-004]"  # enough where only the isolation step is under test
-
-
-def artifacts(flow_run_id: str) -> dict[str, object]:
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)])
-            )
-        )
-    return {a.key: a.data for a in found if a.key}
 
 
 def drained(scheduler) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -78,7 +66,7 @@ def test_finds_faulty_and_slow_in_two_rounds_and_drains_the_approved_subset(
     assert list(reasons) == ["node003"]
     assert "locate-faulty-nodes" in reasons["node003"] and "faulty" in reasons["node003"]
 
-    found = artifacts(result.flow_run_id)
+    found = run_artifacts(result.flow_run_id)
     assert {"locate-round-1", "locate-round-2", "locate-summary"} <= set(found)
     summary = str(found["locate-summary"])
     assert "**node003**" in summary and "**node006**" in summary
@@ -103,7 +91,7 @@ def test_down_node_fails_its_tests_instead_of_hanging_the_flow(prefect_server, s
     assert result.faulty == ["node005"]
     assert result.slow == [] and result.undetermined == []
     assert time.monotonic() - started < 90
-    found = artifacts(result.flow_run_id)
+    found = run_artifacts(result.flow_run_id)
     assert "timed out after 5 s" in str(found["locate-round-1"])
     assert "node005 unreachable" in str(found["locate-round-2"])
     assert drained(scheduler) == {}  # isolate=False
@@ -137,7 +125,7 @@ def test_auto_approved_isolation_drains_exactly_the_faulty_node(
     dry = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, dry_run=True))
     assert dry.faulty == ["node002"] and dry.isolation.approved == ["node002"]
     assert dry.isolation.drained == [] and drained(scheduler) == {} and not marker.exists()
-    assert "DRY RUN" in str(artifacts(dry.flow_run_id)["locate-summary"])
+    assert "DRY RUN" in str(run_artifacts(dry.flow_run_id)["locate-summary"])
 
     result = locate_faulty_nodes(LocateRequest(nodes=HALF, isolate=True, job_id="1234"))
     assert result.faulty == ["node002"] and result.slow == []
@@ -151,7 +139,7 @@ def test_auto_approved_isolation_drains_exactly_the_faulty_node(
     assert any(": 48," in line for line in evidence["xid_lines"])
     # The quick diagnostic (-r 1: deployment checks; memory is burn-in's -r 2) ran.
     assert any("Deployment" in line for line in evidence["dcgmi"])
-    summary = str(artifacts(result.flow_run_id)["locate-summary"])
+    summary = str(run_artifacts(result.flow_run_id)["locate-summary"])
     assert "dcgmi diag -r 1" in summary
 
     # Replayed: idempotent, nothing drained twice.
@@ -201,7 +189,7 @@ def test_blast_radius_guard_blocks_without_approval(prefect_server, sim) -> None
     assert any("blast radius" in r for r in result.isolation.reasons)
     assert "timed out" in result.isolation.decided_by
     assert result.isolation.drained == [] and drained(scheduler) == {"node008": "maintenance"}
-    assert "nothing drained" in str(artifacts(result.flow_run_id)["locate-summary"])
+    assert "nothing drained" in str(run_artifacts(result.flow_run_id)["locate-summary"])
 
 
 @pytest.mark.server
@@ -317,7 +305,7 @@ def test_a_node_running_someone_elses_job_is_never_pair_tested(prefect_server, s
     result = locate_faulty_nodes(LocateRequest(nodes=ALL, isolate=False))
     assert set(result.not_tested) == busy and busy <= set(result.undetermined)
     assert not busy & set(result.faulty)
-    table = artifacts(result.flow_run_id)["locate-round-1"]
+    table = run_artifacts(result.flow_run_id)["locate-round-1"]
     rows = json.loads(table) if isinstance(table, str) else table
     tested = {n for row in rows for n in row["pair"].split(",")}
     assert not busy & tested and tested  # the others were tested

@@ -8,8 +8,7 @@ import base64
 import re
 
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from support.artifacts import run_artifacts
 from support.waits import wait_finished, wait_step
 
 from trainmedic.core.models import JobSpec
@@ -93,16 +92,8 @@ def test_a_triaged_failure_shows_in_the_fleet_report(prefect_server, sim, capsys
     # job's and its resubmission's own steps (a curve without points draws nothing).
     assert result.plots == ["gpu-hours-by-category.png", f"incident-{failed.job_id}.png"]
     assert result.plot_files == []
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
-            )
-        )
-    (artifact,) = [a for a in found if a.key == "fleet-report"]
-    images = dict(
-        re.findall(r"!\[([\w.-]+)\]\(data:image/png;base64,([^)]+)\)", str(artifact.data))
-    )
+    fleet_report = str(run_artifacts(state.state_details.flow_run_id)["fleet-report"])
+    images = dict(re.findall(r"!\[([\w.-]+)\]\(data:image/png;base64,([^)]+)\)", fleet_report))
     assert list(images) == result.plots
     assert all(base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n") for data in images.values())
 

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId
+from support.artifacts import artifact_text
 from support.waits import wait_step, wait_until
 
 from trainmedic.core.models import JobSpec, JobState, NodeState
@@ -72,12 +71,9 @@ def test_an_overheating_node_is_found_by_its_slowness_drained_and_the_job_moved(
     # The checkpoint was saved on request, at the slow step it had reached (or later), not the
     # last periodic one before it; the report says so.
     assert result.checkpoint_step is not None and result.checkpoint_step >= reached
-    with get_client(sync_client=True) as client:
-        (artifact,) = client.read_artifacts(
-            artifact_filter=ArtifactFilter(id=ArtifactFilterId(any_=[result.report_id]))
-        )
-    assert f"{hot} GPU 2 at 96 C" in artifact.data and "slow" in artifact.data
-    assert f"checkpoint saved before the stop: step {result.checkpoint_step}" in artifact.data
+    text = artifact_text(result.report_id)
+    assert f"{hot} GPU 2 at 96 C" in text and "slow" in text
+    assert f"checkpoint saved before the stop: step {result.checkpoint_step}" in text
 
     # A replay of the event now starts nothing: the job was already moved.
     again = triage(TriageRequest(job_id=job.job_id, event="job.slow"))

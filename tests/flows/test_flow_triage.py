@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterId, ArtifactFilterKey
+from support.artifacts import artifact_text
 from support.waits import server_events, wait_finished, wait_step, wait_until
 
 from trainmedic.adapters import checkpoints
@@ -26,15 +26,7 @@ def failed_job(sim, fault: str, *, gpu: int = 2, name: str = "pretrain"):  # typ
 
 
 def report(result) -> str:  # type: ignore[no-untyped-def]
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                id=ArtifactFilterId(any_=[result.report_id]),
-                key=ArtifactFilterKey(any_=[result.report_key]),
-            )
-        )
-    assert found, f"no artifact {result.report_key}"
-    return str(found[0].data)
+    return artifact_text(result.report_id)
 
 
 def test_xid79_drains_origin_and_restarts_from_newest_valid_checkpoint(prefect_server, sim) -> None:
@@ -234,7 +226,6 @@ def test_events_about_jobs_of_unmanaged_owners_start_nothing(
 def test_a_queued_resubmission_completes_the_triage_and_is_verified_later(
     prefect_server, sim, monkeypatch
 ) -> None:
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 
     from flows.triage import TriageRequest, triage
