@@ -364,6 +364,15 @@ class Resubmission:
     changes: dict[str, object]
 
 
+@dataclasses.dataclass(frozen=True)
+class Resubmitted:
+    """The job a failed job restarts as; ``earlier`` when it was found already resubmitted
+    (a replayed event, a rerun of the flow) and nothing was submitted now."""
+
+    job: JobInfo
+    earlier: bool = False
+
+
 @task(name="resubmit-job", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def resubmit_job(
     job: JobInfo,
@@ -371,7 +380,7 @@ def resubmit_job(
     exclude: list[str],
     changes: dict[str, object],
     dry_run: bool,
-) -> JobInfo | None:
+) -> Resubmitted | None:
     """Resubmit from ``checkpoint`` excluding ``exclude``; at most once per failed job."""
     return _resubmit(
         [Resubmission(job=job, checkpoint=checkpoint, changes=changes)], exclude, dry_run
@@ -381,7 +390,7 @@ def resubmit_job(
 @task(name="resubmit-jobs", cache_policy=NO_CACHE, **RETRY_WHILE_SERVER_BUSY)
 def resubmit_jobs(
     resubmissions: list[Resubmission], exclude: list[str], dry_run: bool
-) -> list[JobInfo | None]:
+) -> list[Resubmitted | None]:
     """An incident's jobs resubmitted under one hold of the guard (each at most once, as
     :func:`resubmit_job`), new jobs in the order asked. One job's failed resubmission does not
     stop the others; the first such failure fails the task once all are recorded."""
@@ -390,12 +399,12 @@ def resubmit_jobs(
 
 def _resubmit(
     resubmissions: list[Resubmission], exclude: list[str], dry_run: bool
-) -> list[JobInfo | None]:
+) -> list[Resubmitted | None]:
     logger = get_run_logger()
     scheduler = get_scheduler()
     # A replayed event or a rerun of this flow must not start a second copy of a job.
     history = scheduler.jobs()
-    new: dict[str, JobInfo | None] = {}
+    new: dict[str, Resubmitted] = {}
     for item in resubmissions:
         existing = [j for j in history if j.resubmission_of == item.job.job_id]
         if existing:
@@ -404,7 +413,7 @@ def _resubmit(
                 item.job.job_id,
                 existing[0].job_id,
             )
-            new[item.job.job_id] = existing[0]
+            new[item.job.job_id] = Resubmitted(existing[0], earlier=True)
     todo = [item for item in resubmissions if item.job.job_id not in new]
     if dry_run:
         for item in todo:
@@ -434,7 +443,7 @@ def _resubmit(
                     failed.append(error)
                     continue
                 batch.done(target)
-                new[item.job.job_id] = job
+                new[item.job.job_id] = Resubmitted(job)
                 logger.info(
                     "resubmitted job %s as %s from step %d",
                     item.job.job_id,
@@ -447,14 +456,18 @@ def _resubmit(
 
 
 def resubmit_record(
-    job: JobInfo, new_job: JobInfo, from_step: int, changes: dict[str, object]
+    job: JobInfo, resubmitted: Resubmitted, from_step: int, changes: dict[str, object]
 ) -> ActionRecord:
-    """The report's line for a resubmission that happened."""
+    """The report's line for a resubmission: done now, or found done by an earlier run."""
+    target = f"job {job.job_id}"
+    if resubmitted.earlier:
+        outcome = f"already resubmitted as job {resubmitted.job.job_id} (earlier): not again"
+        return ActionRecord(what="resubmit", target=target, changed=False, outcome=outcome)
     skipped = changes.get("skip_batches")
-    outcome = f"job {new_job.job_id} from step {from_step}"
+    outcome = f"job {resubmitted.job.job_id} from step {from_step}"
     if isinstance(skipped, tuple):
         outcome += f", skipping batches {skipped[0]}-{skipped[1]}"
-    return ActionRecord(what="resubmit", target=f"job {job.job_id}", changed=True, outcome=outcome)
+    return ActionRecord(what="resubmit", target=target, changed=True, outcome=outcome)
 
 
 @task(name="verify-restart", cache_policy=NO_CACHE)
@@ -607,10 +620,11 @@ def restart_from(
     or ``verify`` is off (the caller verifies, several jobs at once), wait until it trains
     again. Returns the new job and the actions for the report."""
     from_step = checkpoint.step if checkpoint else 0
-    new_job = resubmit_job(job, checkpoint, exclude, changes, dry_run)
-    if new_job is None:
+    resubmitted = resubmit_job(job, checkpoint, exclude, changes, dry_run)
+    if resubmitted is None:
         return None, []
-    actions = [resubmit_record(job, new_job, from_step, changes)]
+    new_job = resubmitted.job
+    actions = [resubmit_record(job, resubmitted, from_step, changes)]
     if verify and not dry_run:
         new_job, verified = verify_restart(new_job, from_step)
         actions.append(verified)

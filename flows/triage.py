@@ -514,7 +514,7 @@ def _resubmit_together(cases: list[_Case], exclude: list[str], request: TriageRe
     restarting = [c for c in cases if _restarting(c, request) and not _rolling_back(c)]
     if not restarting:
         return
-    new_jobs = resubmit_jobs(
+    resubmitted = resubmit_jobs(
         [
             Resubmission(job=c.job, checkpoint=c.checkpoint, changes=dict(c.plan.spec_changes))
             for c in restarting
@@ -522,12 +522,12 @@ def _resubmit_together(cases: list[_Case], exclude: list[str], request: TriageRe
         exclude,
         request.dry_run,
     )
-    for case, new_job in zip(restarting, new_jobs, strict=True):
-        case.new_job = new_job
-        if new_job is not None:
+    for case, done in zip(restarting, resubmitted, strict=True):
+        if done is not None:
+            case.new_job = done.job
             from_step = case.checkpoint.step if case.checkpoint else 0
             case.actions.append(
-                resubmit_record(case.job, new_job, from_step, dict(case.plan.spec_changes))
+                resubmit_record(case.job, done, from_step, dict(case.plan.spec_changes))
             )
 
 
