@@ -174,6 +174,28 @@ def test_loss_spike_and_nan_from_curves() -> None:
     assert diagnose([LogSource.from_lines("c.log", nan)]).category is Category.NaNLoss
 
 
+def test_a_curve_printed_as_loss_then_a_space_and_one_point_per_line() -> None:
+    from trainmedic.diagnosis.loss import extract_losses
+
+    jumped = [
+        f"iter {i} step {i // 8}: loss {1.7 if i < 60 else 11.4:.4f}, iter time: 1106.53ms"
+        for i in range(100)
+    ]
+    assert diagnose([LogSource.from_lines("a.log", jumped)]).category is Category.LossSpike
+    # A step's line that also prints its parts is one point: no jump from 0.25 to 0.59.
+    parts = b"iter 144: regular_loss: 0.248765, total-loss 0.5882(0.0360, 0.5233)\n"
+    assert [p.value for p in extract_losses(parts * 3, 1)] == [0.248765] * 3
+    # "loss 2 times" is prose, not a value.
+    assert list(extract_losses(b"the loss 2 times higher\n", 1)) == []
+
+
+def test_a_loss_spike_said_in_words_and_a_nan_said_so_stays_nan() -> None:
+    said = ["step 1800 done", "the loss suddenly increased from 2 to 11 at iteration 15"]
+    assert diagnose([LogSource.from_lines("a.log", said)]).category is Category.LossSpike
+    nan = ["the loss exploded: loss = nan at step 120"]
+    assert diagnose([LogSource.from_lines("b.log", nan)]).category is Category.NaNLoss
+
+
 def test_host_and_rank_from_file_names() -> None:
     assert host_and_rank_from_name("node007.log") == ("node007", None)
     assert host_and_rank_from_name("/x/rank-00003.node002.err") == ("node002", 3)

@@ -19,10 +19,13 @@ __all__ = [
     "find_scale_collapse",
 ]
 
-# Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2".
+# Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2", and
+# lit-gpt / XLNet "loss 1.7019" (a space then a decimal: "loss 2 times" is no value).
 # "loss scale:", "lm loss value:" (validation) and "lm loss PPL:" do not match: the value
 # must follow ":" or "=" directly.
-_LOSS_RE = re.compile(rb"loss['\"]?\s*[:=]\s*['\"]?(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+_LOSS_RE = re.compile(
+    rb"loss(?:['\"]?\s*[:=]\s*['\"]?| (?=-?\d+\.\d))(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+)
 _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"eval ", b"val ")
 
 # The dynamic loss scale as frameworks print it: DeepSpeed "Attempted loss scale: 64, reducing
@@ -66,10 +69,13 @@ class LossSpike:
 
 
 def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> Iterator[LossPoint]:
-    """Training-loss values in ``data`` (whole lines), with 1-based line numbers."""
+    """Training-loss values in ``data`` (whole lines), with 1-based line numbers: the first
+    of each line (a step's line that also prints its parts, "regular_loss: 0.25, total-loss
+    0.59", is one point of the curve, not a jump between two series)."""
     line = first_line
     position = 0
     found = 0
+    last_line = 0
     for match in _LOSS_RE.finditer(data):
         start = match.start()
         prefix = data[max(0, start - 11) : start].lower()
@@ -77,10 +83,13 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
             continue
         line += data.count(b"\n", position, start)
         position = start
+        if line == last_line:
+            continue
         try:
             value = float(match.group(1))
         except ValueError:
             continue
+        last_line = line
         yield LossPoint(value, line)
         found += 1
         if limit is not None and found >= limit:
