@@ -286,6 +286,18 @@ def test_node_loss_as_control_planes_report_it() -> None:
     assert diagnose([LogSource.from_lines("j.log", peers)]).category is Category.NodeFailure
 
 
+def test_a_process_stuck_in_the_kernel_waits_on_storage_unless_in_the_gpu_driver() -> None:
+    stuck = [
+        "[  +0.000049] task:python3.11      state:D stack:    0 pid:15277 ppid: 15257",
+        "[  +0.000003]  <TASK>",
+        "[  +0.000004]  __schedule+0x23d/0x590",
+        "[  +0.000005]  mutex_lock+0x34/0x40",
+    ]
+    assert diagnose([LogSource.from_lines("dmesg", stuck)]).category is Category.StorageError
+    in_driver = [*stuck, "[  +0.000005]  uvm_page_tree_get_ptes_async+0x93/0x970 [nvidia_uvm]"]
+    assert diagnose([LogSource.from_lines("dmesg", in_driver)]).category is Category.Hang
+
+
 def test_ib_completion_errors_place_the_side_they_belong_to() -> None:
     remote = (
         "node023:10214:10303 [0] transport/net_ib.cc:1909 NCCL WARN NET/IB : Got completion "
