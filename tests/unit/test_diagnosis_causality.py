@@ -198,7 +198,9 @@ def test_a_stack_dump_is_a_hang_unless_a_crash_explains_it() -> None:
         "Thread 0x00007f57caf71740 (most recent call first):",
         '  File "train.py", line 95 in step',
     ]
-    assert diagnose([LogSource.from_lines("crash.txt", crash)]).category is Category.CUDAError
+    crashed = diagnose([LogSource.from_lines("crash.txt", crash)])
+    assert crashed.category is Category.Unknown  # a crash, not a hang; its cause a human's
+    assert crashed.evidence[0].signature == "segfault"
 
 
 def test_a_debugger_stack_in_nccl_or_a_device_sync_is_a_hang_unless_a_crash_explains_it() -> None:
@@ -215,7 +217,8 @@ def test_a_debugger_stack_in_nccl_or_a_device_sync_is_a_hang_unless_a_crash_expl
     for dump in (frames, kernels):
         assert diagnose([LogSource.from_lines("gdb.txt", dump)]).category is Category.Hang
     crash = ["Program received signal SIGSEGV, Segmentation fault.", *frames]
-    assert diagnose([LogSource.from_lines("gdb.txt", crash)]).category is Category.CUDAError
+    crashed = diagnose([LogSource.from_lines("gdb.txt", crash)])
+    assert crashed.category is Category.Unknown and crashed.evidence[0].signature == "segfault"
 
 
 def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:

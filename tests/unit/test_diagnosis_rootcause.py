@@ -128,7 +128,10 @@ def test_exit_137_alone_is_not_host_oom_and_139_segfault() -> None:
     assert proven.category is Category.HostOOM
     assert "exit-code-sigkill" in [e.signature for e in proven.evidence]
     sources = [LogSource.from_lines("rank-00000.node000.out", NORMAL)]
-    assert diagnose(sources, exit_code=139).category is Category.CUDAError
+    # A SIGSEGV alone is a crash whose cause a human finds: nothing is drained or retried.
+    segfault = diagnose(sources, exit_code=139)
+    assert segfault.category is Category.Unknown
+    assert [e.signature for e in segfault.evidence] == ["exit-code-segfault"]
     dataloader = [
         LogSource.from_lines(
             "r.log",

@@ -86,7 +86,7 @@ TELEMETRY_ECC = _synthetic("telemetry-ecc", Category.ECCError, 0.9)
 TELEMETRY_NVLINK = _synthetic("telemetry-nvlink", Category.NVLinkError, 0.85)
 TELEMETRY_HOT = _synthetic("telemetry-temperature", Category.Unknown, 0.0, Role.context)
 EXIT_SIGKILL = _synthetic("exit-code-sigkill", Category.HostOOM, 0.55, corroborates=True)
-EXIT_SEGFAULT = _synthetic("exit-code-segfault", Category.CUDAError, 0.4)
+EXIT_SEGFAULT = _synthetic("exit-code-segfault", Category.Unknown, 0.4)  # as "segfault"
 HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
 # Every log ends in ordinary output (INFO lines, progress): no error, no exit status. A job
 # that failed like that stopped making progress; which rank stalled, the logs cannot say.
