@@ -32,6 +32,7 @@ from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
 from trainmedic.diagnosis.loss import find_loss_spike, find_scale_collapse
 from trainmedic.diagnosis.overlay import site_catalogue
+from trainmedic.diagnosis.placing import only_host, origin_host
 from trainmedic.diagnosis.ranking import (
     Candidate,
     aftermath,
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 
 MAX_WINNER_EVIDENCE = 8
 MAX_OTHER_EVIDENCE = 6
-MAX_LOCATIONS = 4
 
 HOT_GPU_C = 90.0
 
@@ -146,7 +146,7 @@ def diagnose(
     return Diagnosis(
         category=winner.category,
         layer=layer_of(winner.category),
-        root_cause_host=_root_cause_host(winner, hits),
+        root_cause_host=origin_host(winner, scans, hits),
         confidence=round(sure, 3),
         evidence=_evidence(winner, ranked, hits),
         remediation=remediation_for(winner.category),
@@ -308,37 +308,6 @@ def _exit_code_hits(exit_code: int | None, hits: Sequence[Hit]) -> list[Hit]:
 # ----------------------------------------------------------------------------- ranking
 
 
-# ----------------------------------------------------------------------------- placing
-
-
-def _root_cause_host(winner: Candidate, hits: Sequence[Hit]) -> str | None:
-    context = [h for h in hits if h.signature.role is Role.context]
-    if winner.category is Category.Hang:
-        # A hang detector that names who never arrived (a monitored barrier) places it; a
-        # stack dump or a stale heartbeat says only where someone looked.
-        named = locations([h for h in winner.hits if h.signature.regex.groupindex])
-        if named:
-            return ", ".join(named[:MAX_LOCATIONS])
-    if winner.is_symptom or winner.category is Category.Hang:
-        # Many ranks timing out say nothing about which one stalled; one rank does.
-        hot = locations([h for h in context if h.file == "telemetry"])
-        if hot:
-            return ", ".join(hot[:MAX_LOCATIONS])
-        symptoms = [h for h in winner.hits if h.signature.role is Role.symptom]
-        # The cascade's initiator, where a line names it (a desync report's lagging rank).
-        named = locations([h for h in symptoms if h.signature.regex.groupindex])
-        if len(named) == 1:
-            return named[0]
-        symptom_places = locations(symptoms)
-        return symptom_places[0] if len(symptom_places) == 1 else None
-    places = locations([h for h in winner.hits if h.signature.role is Role.cause])
-    if not places:
-        places = locations(context)
-        if len(places) != 1:
-            return None
-    return ", ".join(places[:MAX_LOCATIONS])
-
-
 def _evidence(
     winner: Candidate, candidates: Sequence[Candidate], hits: Sequence[Hit]
 ) -> tuple[Evidence, ...]:
@@ -369,7 +338,7 @@ def _unknown(
 ) -> Diagnosis:
     context = [h for h in hits if h.signature.role is Role.context]
     places = locations(context)
-    return unexplained(
+    diagnosis = unexplained(
         {scan.source.name: scan.tail for scan in scans},
         evidence=tuple(_to_evidence(h) for h in context[:MAX_OTHER_EVIDENCE]),
         root=places[0] if len(places) == 1 else None,
@@ -378,3 +347,5 @@ def _unknown(
         learned=learned,
         unproven={h.signature.category for h in unproven},
     )
+    only = None if diagnosis.root_cause_host else only_host(diagnosis.category, scans, hits)
+    return diagnosis.model_copy(update={"root_cause_host": only}) if only else diagnosis

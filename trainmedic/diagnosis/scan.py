@@ -55,13 +55,25 @@ _LABEL_PREFIX = re.compile(
     # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ..." (a
+    # name with a digit: "[INFO] 2021-..." is a level, "[rank0] ..." a rank, no host).
+    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
+    r"(?::\d+/\d+)?\] (?=\d{4}-\d\d-\d\d )"
 )
-_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx")
+_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx", "espnet")
+# The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
+# written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address.
+_WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host"}
+_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+HEAD_LINES = 40  # the first lines of a source, where launchers and NCCL say where they run
 # A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
 # prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
 # Not a container's default name (12 hex digits, the container, not the node) or localhost.
 _SHELL_PROMPT = re.compile(
-    rb"^\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] ", re.MULTILINE
+    rb"^\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] "
+    # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
+    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
+    re.MULTILINE,
 )
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
@@ -124,6 +136,9 @@ class SourceScan:
     loss_points: list[LossPoint] = field(default_factory=list)
     scale_points: list[LossPoint] = field(default_factory=list)  # fp16 loss scale
     tail: list[str] = field(default_factory=list)
+    # The hosts its first and last lines and its shell prompts say they were written on (its
+    # file's host, where the name tells): one host means a one-node log (see `writers`).
+    writers: set[str] = field(default_factory=set)
 
     def hits(self) -> list[Hit]:
         return [hit for bucket in self.buckets.values() for hit in bucket.hits()]
@@ -152,6 +167,7 @@ class _Scanner:
         self.loss_blocks: list[list[LossPoint]] = []
         self.scale_blocks: list[list[LossPoint]] = []
         self.prompt_host: str | None = None  # the latest shell prompt's host, if any
+        self.head: list[bytes] | None = None
 
     def run(self) -> None:
         carry = b""
@@ -177,8 +193,14 @@ class _Scanner:
         self._finish_loss()
         tail = last_body[-(64 << 10) :].decode("utf-8", "replace").splitlines()
         self.result.tail = tail[-TAIL_LINES:]
+        head = [line_text(raw) for raw in self.head or []]
+        self.result.writers.update(w for w in map(writer, head + self.result.tail) if w)
+        if self.result.source.host:
+            self.result.writers.add(self.result.source.host.lower())
 
     def _scan_body(self, body: bytes, first_line: int) -> int:
+        if self.head is None:
+            self.head = body[: 64 << 10].split(b"\n", HEAD_LINES)[:HEAD_LINES]
         masked_lines = body.translate(MASK).split(b"\n")
         templates = set(masked_lines)
         flagged = {t for t in templates if self.prefilter(t)}
@@ -197,6 +219,7 @@ class _Scanner:
                     self._match_line(raw_lines[offset], first_line + offset)
         if prompts:
             self.prompt_host = prompts[-1][1]
+            self.result.writers.update(host for _, host in prompts)
         self._collect_loss(body, first_line)
         return first_line + len(masked_lines) - 1
 
@@ -315,11 +338,25 @@ def _attribute(text: str) -> Attribution:
     return host, rank, gpu, _timestamp(text)
 
 
+def writer(text: str) -> str | None:
+    """The host a line's prefix says wrote it, where the prefix leaves no doubt."""
+    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
+        match = prefix.search(text)
+        if match:
+            for name, value in match.groupdict().items():
+                if value and name in _HOST_GROUPS:
+                    if name in _WRITER_GROUPS or prefix is not _LABEL_PREFIX:
+                        return value.lower()
+                    return value if _IP.fullmatch(value) else None
+    return None
+
+
 def _prompts(body: bytes) -> list[tuple[int, str]]:
     """(line offset in ``body``, host) of every shell prompt naming a node."""
     found = []
     for match in _SHELL_PROMPT.finditer(body):
-        host = match.group("host").decode("ascii", "replace").lower().rstrip(".")
+        named = match.group("ssh") or match.group("host")
+        host = named.decode("ascii", "replace").lower().rstrip(".")
         if not _NOT_A_NODE.match(host):
             found.append((body.count(b"\n", 0, match.start()), host))
     return found

@@ -1,0 +1,82 @@
+"""The origin host: where the evidence places the cause, else the one host the logs were
+written on; never for what survivors or onlookers write, and never a drain by itself."""
+
+from __future__ import annotations
+
+from support.builders import job_info
+
+from trainmedic.core.taxonomy import Category
+from trainmedic.decisions.remediation import origin_node, plan_remediation
+from trainmedic.diagnosis import LogSource, diagnose
+
+NCCL_INIT = [
+    "gpu-server7:1810802:1810802 [0] NCCL INFO Bootstrap : Using [0]eno1:10.128.149.70<0>",
+    "gpu-server7:1810802:1810802 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so)",
+]
+ERROR = [
+    "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, invalid usage, NCCL version 2.7.8",
+    "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+]
+
+
+def diagnosed(lines: list[str], name: str = "job.log"):  # type: ignore[no-untyped-def]
+    return diagnose([LogSource.from_lines(name, lines)])
+
+
+def test_a_log_written_on_one_host_places_an_unplaced_cause_there() -> None:
+    diagnosis = diagnosed([*ERROR, *NCCL_INIT])
+    assert diagnosis.category is Category.NCCLError
+    assert diagnosis.root_cause_host == "gpu-server7"
+    # Written on two hosts: the log does not say which.
+    other = [line.replace("gpu-server7", "gpu-server8") for line in NCCL_INIT]
+    assert diagnosed([*ERROR, *NCCL_INIT, *other]).root_cause_host is None
+    # Nothing says where it was written: nothing is named.
+    assert diagnosed(ERROR).root_cause_host is None
+
+
+def test_the_writers_prefix_must_leave_no_doubt() -> None:
+    """ESPnet's "[host] date" and an ssh in a pasted prompt name the writer; "epoch1: " at the
+    start of a line is not a host."""
+    espnet = "[spsy-ml-2] 2021-10-30 16:52:21,022 (trainer:653) INFO: 24epoch:train:901-950batch"
+    assert diagnosed([espnet, *ERROR]).root_cause_host == "spsy-ml-2"
+    assert diagnosed(["[INFO] 2021-10-30 16:52:21 start", *ERROR]).root_cause_host is None
+    assert diagnosed(["epoch1: loss 2.3", *ERROR]).root_cause_host is None
+    pasted = ["[admin@login-1 ~]$ ssh gpu-2-5 nvidia-smi", "No devices were found"]
+    assert diagnosed(pasted).root_cause_host == "gpu-2-5"
+
+
+def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
+    """A lost node's obituary, a hang, a collective timeout: written elsewhere than where the
+    fault began, so the log's one host is not named."""
+    witness = [
+        *NCCL_INIT,
+        "slurmstepd: error: *** STEP 1001.0 ON gpu-server7 CANCELLED AT 2026-12-02T15:10:26 "
+        "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ]
+    lost = diagnosed(witness)
+    assert lost.category is Category.NodeFailure and lost.root_cause_host is None
+    stalled = diagnosed([*NCCL_INIT, "NCCL INFO Using network Socket"])
+    assert stalled.category is Category.Hang and stalled.root_cause_host is None
+    timeout = (
+        "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600058 milliseconds "
+        "before timing out."
+    )
+    waited = diagnosed([*NCCL_INIT, timeout])
+    assert waited.symptom_only and "gpu-server7" not in (waited.root_cause_host or "")
+
+
+def test_a_host_named_only_by_where_the_log_was_written_drains_nothing() -> None:
+    """The report names the machine; the plan needs the host in the evidence's own lines to
+    drain, so a hardware fault placed this way is pair-tested, not drained."""
+    lines = [
+        *NCCL_INIT,
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    ]
+    diagnosis = diagnosed(lines)
+    assert diagnosis.category is Category.ECCError
+    assert diagnosis.root_cause_host == "gpu-server7"
+    job = job_info("42", nodes=("gpu-server7", "gpu-server8"))
+    assert origin_node(diagnosis, job) is None
+    plan = plan_remediation(diagnosis, job)
+    assert plan.drain == () and plan.locate

@@ -1,0 +1,74 @@
+"""Where a failure started: the host (or rank, GPU) the winning evidence places it on, else the
+one host every log was written on.
+
+What this names is the report's origin. A drain needs more: a host in the winning evidence's
+own lines (`engine.suspect_hosts`), so a host named here only because the logs came from one
+machine never drains anything by itself."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis.catalogue import Role
+from trainmedic.diagnosis.ranking import Candidate, locations
+from trainmedic.diagnosis.scan import Hit, SourceScan
+
+__all__ = ["MAX_LOCATIONS", "only_host", "origin_host"]
+
+MAX_LOCATIONS = 4
+
+# A lost node's obituary and a hang's stacks are written by the survivors and where someone
+# looked: the machine a log came from is not where these started.
+_NOT_WHERE_WRITTEN = frozenset({Category.Hang, Category.NodeFailure})
+
+
+def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
+    """Where the winning evidence places the cause; else, for a cause that is neither a
+    symptom nor a witness's line, the one host the logs were written on."""
+    placed = _placed(winner, hits)
+    if placed is not None:
+        return placed
+    if winner.is_symptom or any(h.signature.witness for h in winner.hits):
+        return None
+    return only_host(winner.category, scans, hits)
+
+
+def only_host(category: Category, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
+    """The one host every log was written on (their first and last lines, shell prompts, file
+    names, every matched line): a one-node log (a one-node job, a report pasted from one
+    machine) failed there. None where two hosts wrote, or none says, or for a category the
+    survivors report (see ``_NOT_WHERE_WRITTEN``)."""
+    if category in _NOT_WHERE_WRITTEN:
+        return None
+    hosts = set().union(*(scan.writers for scan in scans))
+    hosts.update(h.host for h in hits if h.host)
+    return hosts.pop() if len(hosts) == 1 else None
+
+
+def _placed(winner: Candidate, hits: Sequence[Hit]) -> str | None:
+    context = [h for h in hits if h.signature.role is Role.context]
+    if winner.category is Category.Hang:
+        # A hang detector that names who never arrived (a monitored barrier) places it; a
+        # stack dump or a stale heartbeat says only where someone looked.
+        named = locations([h for h in winner.hits if h.signature.regex.groupindex])
+        if named:
+            return ", ".join(named[:MAX_LOCATIONS])
+    if winner.is_symptom or winner.category is Category.Hang:
+        # Many ranks timing out say nothing about which one stalled; one rank does.
+        hot = locations([h for h in context if h.file == "telemetry"])
+        if hot:
+            return ", ".join(hot[:MAX_LOCATIONS])
+        symptoms = [h for h in winner.hits if h.signature.role is Role.symptom]
+        # The cascade's initiator, where a line names it (a desync report's lagging rank).
+        named = locations([h for h in symptoms if h.signature.regex.groupindex])
+        if len(named) == 1:
+            return named[0]
+        symptom_places = locations(symptoms)
+        return symptom_places[0] if len(symptom_places) == 1 else None
+    places = locations([h for h in winner.hits if h.signature.role is Role.cause])
+    if not places:
+        places = locations(context)
+        if len(places) != 1:
+            return None
+    return ", ".join(places[:MAX_LOCATIONS])
