@@ -41,6 +41,13 @@ def prefect_env(settings: Settings) -> dict[str, str]:
         # cheap query), so a run waits half a second on average, not a whole poll period.
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        # The server writes every task-run state as its own transaction (batch size 1) and
+        # events 20 at a time; under a storm on SQLite those writes queue on its one lock in
+        # front of the runs being created. Batched, a state reaches the UI within a second.
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "50",
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "2",
         "PREFECT_UI_URL": os.environ.get("PREFECT_UI_URL", settings.api_url.removesuffix("/api")),
         "TRAINMEDIC_ROOT": str(REPO_ROOT),
         "TRAINMEDIC_HOME": str(settings.home),
