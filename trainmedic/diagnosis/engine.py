@@ -305,9 +305,6 @@ def _exit_code_hits(exit_code: int | None, hits: Sequence[Hit]) -> list[Hit]:
     return []
 
 
-# ----------------------------------------------------------------------------- ranking
-
-
 def _evidence(
     winner: Candidate, candidates: Sequence[Candidate], hits: Sequence[Hit]
 ) -> tuple[Evidence, ...]:

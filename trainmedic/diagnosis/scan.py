@@ -137,7 +137,7 @@ class SourceScan:
     scale_points: list[LossPoint] = field(default_factory=list)  # fp16 loss scale
     tail: list[str] = field(default_factory=list)
     # The hosts its first and last lines and its shell prompts say they were written on (its
-    # file's host, where the name tells): one host means a one-node log (see `writers`).
+    # file's host, where the name tells): one host means a one-node log (placing.only_host).
     writers: set[str] = field(default_factory=set)
 
     def hits(self) -> list[Hit]:
