@@ -79,7 +79,7 @@ _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
 _SYSLOG_PREFIX = re.compile(
     r"(?:^|(?<=\s))(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
-    r"(?P<host>[A-Za-z][\w.-]*)\s+kernel:"
+    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd)(?:\[\d+\])?:"
 )
 _RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
 _GPU = re.compile(
