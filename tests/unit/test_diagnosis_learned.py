@@ -17,6 +17,7 @@ from trainmedic.diagnosis.learned import (
     bundled_model,
     corpus_examples,
     train,
+    troubled,
 )
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
@@ -111,3 +112,9 @@ def test_a_launchers_exit_report_is_not_read_for_words() -> None:
         [LogSource.from_lines("launcher.log", [*STALLED, launcher])], learned=TABLE_OF_TWO
     )
     assert stalled.category is Category.Hang  # the other lines are still read
+
+
+def test_a_count_of_none_is_no_trouble() -> None:
+    """YOLO's dataset scan ("... 0 corrupt") is progress, not a line to read words from."""
+    assert troubled("train: Scanning labels.cache... 6430 images, 0 corrupt: 100%") == ""
+    assert troubled("val: 12 images, 3 corrupt") != ""

@@ -43,6 +43,9 @@ def test_the_writers_prefix_must_leave_no_doubt() -> None:
     assert diagnosed(["epoch1: loss 2.3", *ERROR]).root_cause_host is None
     pasted = ["[admin@login-1 ~]$ ssh gpu-2-5 nvidia-smi", "No devices were found"]
     assert diagnosed(pasted).root_cause_host == "gpu-2-5"
+    # A conda environment's name before the prompt; the session ends at the prompt.
+    conda = [*ERROR, "(base) alice@c002:~/runs$ "]
+    assert diagnosed(conda).root_cause_host == "c002"
 
 
 def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
@@ -80,3 +83,18 @@ def test_a_host_named_only_by_where_the_log_was_written_drains_nothing() -> None
     assert origin_node(diagnosis, job) is None
     plan = plan_remediation(diagnosis, job)
     assert plan.drain == () and plan.locate
+
+
+def test_the_peer_that_closed_the_socket_and_the_node_whose_slurmd_failed_are_named() -> None:
+    """NCCL on node0 saw node2 close the connection: node2's process went first. A slurmd's
+    own journal line is about its node."""
+    closed = "node0:13571:13571 [0] NCCL WARN socketProgress: Connection closed by remote peer "
+    closed += "node2<42830>"
+    assert diagnosed([*NCCL_INIT, closed]).root_cause_host == "node2"
+    epilog = (
+        "Feb 22 17:46:38 ip-10-1-74-228 slurmd[13562]: spank-epilog: error: pyxis: mkdir: "
+        "cannot create directory '/opt/dlami/nvme/tmp/enroot/data': Permission denied"
+    )
+    failed = diagnosed([epilog])
+    assert failed.category is Category.NodeFailure
+    assert failed.root_cause_host == "ip-10-1-74-228"

@@ -30,7 +30,7 @@ from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature
 from trainmedic.diagnosis.fallback import unexplained
 from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
-from trainmedic.diagnosis.loss import find_loss_spike, find_scale_collapse
+from trainmedic.diagnosis.loss import find_loss_spike, find_passing_spike, find_scale_collapse
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.placing import only_host, origin_host
 from trainmedic.diagnosis.ranking import (
@@ -79,6 +79,9 @@ def _synthetic(
 
 
 LOSS_SPIKE = _synthetic("loss-spike", Category.LossSpike, 0.7)
+# A spike the loss came back from: below the confidence floor, so it rolls nothing back, but
+# it outranks a log merely ending in ordinary output (SILENCE).
+LOSS_SPIKE_PASSED = _synthetic("loss-spike-passed", Category.LossSpike, 0.35)
 # fp16 dynamic loss scaling halving again and again: gradients overflow at every step.
 LOSS_SCALE_COLLAPSE = _synthetic("loss-scale-collapse", Category.LossSpike, 0.6)
 TELEMETRY_FALLEN_OFF = _synthetic("telemetry-xid-79", Category.GPUFallenOff, 0.9)
@@ -244,6 +247,8 @@ def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
         spike = find_loss_spike(scan.loss_points)
         if spike is not None:
             found.append((LOSS_SPIKE, spike.describe(), spike.line))
+        elif (passed := find_passing_spike(scan.loss_points)) is not None:
+            found.append((LOSS_SPIKE_PASSED, passed.describe(), passed.line))
         collapse = find_scale_collapse(scan.scale_points)
         if collapse is not None:
             found.append((LOSS_SCALE_COLLAPSE, collapse.describe(), collapse.line))

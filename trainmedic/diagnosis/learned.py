@@ -57,8 +57,16 @@ def tokens(text: str) -> frozenset[str]:
     return frozenset(words).union(f"{a} {b}" for a, b in pairwise(words))
 
 
+# A count of none is no trouble: YOLO's "6430 images, 0 corrupt", a linter's "0 errors".
+NONE_COUNTED = re.compile(
+    r"\b(?:0|no|zero) (?:corrupt|errors?|failures?|failed|warnings?|missing)\b", re.IGNORECASE
+)
+
+
 def troubled(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if TROUBLE.search(line))
+    return "\n".join(
+        line for line in text.splitlines() if TROUBLE.search(NONE_COUNTED.sub("", line))
+    )
 
 
 @dataclass(frozen=True)

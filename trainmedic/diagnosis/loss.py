@@ -16,6 +16,7 @@ __all__ = [
     "extract_loss_scales",
     "extract_losses",
     "find_loss_spike",
+    "find_passing_spike",
     "find_scale_collapse",
 ]
 
@@ -43,6 +44,7 @@ SCALE_SETTLE_POINTS = 3  # a collapse followed by this many steady readings has 
 SPIKE_RATIO = 1.5  # a spike is at least 1.5x the running median...
 SPIKE_MIN_ABS = 0.3  # ...and at least 0.3 nats above it (tiny losses jitter by large ratios)
 RECOVERED_MARGIN = 0.05  # back within 5% of the pre-spike median = recovered
+PASSING_SPIKE_RATIO = 2.5  # a spike that recovered is worth naming only if it was this large
 WINDOW = 50
 SETTLE_POINTS = 5
 
@@ -61,10 +63,15 @@ class LossSpike:
     peak: float
     settled: float
 
+    @property
+    def recovered(self) -> bool:
+        return self.settled <= self.baseline * (1 + RECOVERED_MARGIN)
+
     def describe(self) -> str:
+        after = "came back to" if self.recovered else "stayed near"
         return (
             f"loss jumped from a running median of {self.baseline:.4g} to {self.peak:.4g} "
-            f"(x{self.peak / self.baseline:.1f}) and stayed near {self.settled:.4g}"
+            f"(x{self.peak / self.baseline:.1f}) and {after} {self.settled:.4g}"
         )
 
 
@@ -98,8 +105,25 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
 
 def find_loss_spike(points: Sequence[LossPoint]) -> LossSpike | None:
     """The first jump far above the running median that is still elevated at the end."""
+    return next((spike for spike in _spikes(points) if not spike.recovered), None)
+
+
+def find_passing_spike(points: Sequence[LossPoint]) -> LossSpike | None:
+    """The largest jump that came back down: nothing to roll back, but the one abnormal thing
+    in a log that otherwise ends in ordinary output. Held to a higher jump than a lasting
+    spike (``PASSING_SPIKE_RATIO``): small batches make single steps jitter."""
+    passing = [
+        spike
+        for spike in _spikes(points)
+        if spike.recovered and spike.peak >= spike.baseline * PASSING_SPIKE_RATIO
+    ]
+    return max(passing, key=lambda s: s.peak / s.baseline, default=None)
+
+
+def _spikes(points: Sequence[LossPoint]) -> Iterator[LossSpike]:
+    """Every point far above the running median before it, with where the loss settled."""
     if len(points) < 2:
-        return None
+        return
     window: deque[float] = deque()
     ordered: list[float] = []
     values = [p.value for p in points]
@@ -113,14 +137,12 @@ def find_loss_spike(points: Sequence[LossPoint]) -> LossSpike | None:
             ):
                 after = values[index + 1 :]
                 level = _median(sorted(after[-SETTLE_POINTS:])) if after else value
-                if level > baseline * (1 + RECOVERED_MARGIN):
-                    return LossSpike(index, points[index].line, baseline, value, level)
+                yield LossSpike(index, points[index].line, baseline, value, level)
         window.append(value)
         bisect.insort(ordered, value)
         if len(window) > WINDOW:
             old = window.popleft()
             del ordered[bisect.bisect_left(ordered, old)]
-    return None
 
 
 def _median(ordered: Sequence[float]) -> float:

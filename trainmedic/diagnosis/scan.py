@@ -69,8 +69,9 @@ HEAD_LINES = 40  # the first lines of a source, where launchers and NCCL say whe
 # A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
 # prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
 # Not a container's default name (12 hex digits, the container, not the node) or localhost.
+# A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ".
 _SHELL_PROMPT = re.compile(
-    rb"^\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] "
+    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] "
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
     re.MULTILINE,
@@ -100,6 +101,9 @@ class Hit:
     rank: int | None
     gpu: str | None  # "1" or a PCI id
     timestamp: float | None
+    # The host came from the line's own words ("closed by remote peer node2"), not from the
+    # prefix naming the machine that printed it.
+    named: bool = False
 
     @property
     def order(self) -> tuple[float, int, int]:
@@ -288,7 +292,8 @@ class _Scanner:
         if signature.witness:
             host = rank = None
         groups = {k: v for k, v in match.groupdict().items() if v}
-        if any(name.startswith(("host", "ip")) for name in groups):
+        named = any(name.startswith(("host", "ip")) for name in groups)
+        if named:
             # The line names another host (a peer): the prefix's GPU is the printer's, not its.
             gpu = None
         for name, value in groups.items():
@@ -310,6 +315,7 @@ class _Scanner:
             rank=rank if rank is not None or signature.witness else source.rank,
             gpu=gpu,
             timestamp=timestamp,
+            named=named,
         )
 
 
