@@ -393,3 +393,34 @@ def test_a_save_that_finished_or_training_that_went_on_explains_no_timeout() -> 
     # a save alone, with nothing waiting on it, is no failure either
     alone = [LogSource.from_lines("rank-00000.node000.out", ["step 1 | loss: 2.0", SAVING])]
     assert diagnose(alone, heartbeat_age_s=5).category is not Category.CheckpointError
+
+
+def test_ranks_timed_out_in_different_collectives_is_the_codes_divergence() -> None:
+    """At one sequence number rank 0 waits in a gradient all-reduce while rank 1 has gone on
+    to a 1-element one (an evaluation only it runs): a code path, not a node; the job goes
+    to its owner, nothing is pair-tested or retried. The same collective everywhere, or a
+    coalesced group whose size differs by rank, is a plain timeout."""
+    diverged = timeout(1).replace("NumelIn=1048576, NumelOut=1048576", "NumelIn=1, NumelOut=1")
+    sources = [
+        LogSource.from_lines("rank-00000.node000.out", [timeout(0)]),
+        LogSource.from_lines("rank-00001.node001.out", [diverged]),
+    ]
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.ScriptError
+    assert diagnosis.evidence[0].signature == "collectives-mismatched"
+    plan = plan_remediation(diagnosis, job_info(nodes=("node000", "node001")))
+    assert plan.action is Action.notify_owner and not plan.drain and not plan.locate
+    other_op = timeout(1).replace("OpType=ALLREDUCE", "OpType=_ALLGATHER_BASE")
+    assert diagnose([*sources[:1], LogSource.from_lines("b.out", [other_op])]).category is (
+        Category.ScriptError
+    )
+    same = [LogSource.from_lines(f"rank-0000{r}.node00{r}.out", [timeout(r)]) for r in (0, 1)]
+    assert diagnose(same).category is Category.NCCLTimeout
+    coalesced = [
+        LogSource.from_lines(
+            f"r{r}.out",
+            [timeout(r).replace("ALLREDUCE, NumelIn=1048576", f"COALESCED, NumelIn={r + 5}")],
+        )
+        for r in (0, 1)
+    ]
+    assert diagnose(coalesced).category is Category.NCCLTimeout

@@ -27,6 +27,7 @@ from trainmedic.core.models import Diagnosis, Evidence, GpuTelemetry
 from trainmedic.core.taxonomy import Category, layer_of, remediation_for
 from trainmedic.core.validate import HOSTNAME_RE
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature
+from trainmedic.diagnosis.collectives import mismatched_collectives, save_unfinished
 from trainmedic.diagnosis.fallback import unexplained
 from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
@@ -44,7 +45,6 @@ from trainmedic.diagnosis.ranking import (
     locations,
     pick,
     rivals,
-    save_unfinished,
 )
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.sources import LogSource
@@ -96,6 +96,8 @@ HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
 SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
 # Collective timeouts while a rank was still saving a checkpoint: the save is the cause.
 SAVE_UNFINISHED = _synthetic("checkpoint-save-unfinished", Category.CheckpointError, 0.6)
+# Ranks timed out in different collectives at the same sequence number: the code diverged.
+COLLECTIVE_MISMATCH = _synthetic("collectives-mismatched", Category.ScriptError, 0.75)
 _SYNTHETIC_SOURCE = 1_000_000  # sorts after every real file when there is no timestamp
 
 
@@ -131,6 +133,7 @@ def diagnose(
 
     if any(h.signature.category in _WAITING for h in hits):
         hits.extend(_save_hits(scans))
+        hits.extend(_mismatch_hits(hits))
     hits, unproven = corroborated(hits)
     hits, after = aftermath(hits)
     unproven += after
@@ -188,6 +191,25 @@ def _save_hits(scans: Sequence[SourceScan]) -> list[Hit]:
             line=line,
             source_index=index,
             rank=scan.source.rank,
+        )
+    ]
+
+
+def _mismatch_hits(hits: Sequence[Hit]) -> list[Hit]:
+    found = mismatched_collectives(hits)
+    if found is None:
+        return []
+    first, other = found
+    text = f"ranks timed out in different collectives at one sequence number: {first.text[:120]}"
+    text += f" | {other.text[:120]}"
+    return [
+        _synthetic_hit(
+            COLLECTIVE_MISMATCH,
+            text,
+            None,
+            file=first.file,
+            line=first.line,
+            source_index=first.source_index,
         )
     ]
 

@@ -32,7 +32,6 @@ __all__ = [
     "locations",
     "pick",
     "rivals",
-    "save_unfinished",
     "score",
 ]
 
@@ -325,38 +324,6 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
             return None
         last = (scan.index, lines[-1].strip())
     return last
-
-
-# A checkpoint save that began and never ended: rank 0 gathers and writes the state while
-# every other rank waits in its next collective, and the watchdog's timeout hits them all.
-_SAVE_BEGINS = re.compile(
-    r"\bsaving (?:the )?(?:model |sharded |distributed )?checkpoint|save_checkpoint\b|"
-    r"Retrieving (?:full )?(?:model|optimizer) state dict|\[Torch\] Saving|"
-    r"Saving model (?:checkpoint|weights|state)",
-    re.I,
-)
-_SAVE_ENDS = re.compile(
-    r"\bsaved\b|successfully sav|finished sav|sav\w*.{0,40}\b(?:complete|done|finished)\b",
-    re.I,
-)
-_PROGRESS = re.compile(r"\b(?:iter(?:ation)?|step|epoch)\s*[:=]?\s*\d|\d+%\||\bloss\b\s*[:=]", re.I)
-
-
-def save_unfinished(scans: Sequence[SourceScan]) -> tuple[int, int, str] | None:
-    """(source index, line number, line) of a checkpoint save that was the last thing a log
-    began: nothing saved, no training step after it (a source's last lines only). Beside
-    collective timeouts it is their cause: the other ranks waited on the saving one."""
-    for scan in scans:
-        tail = scan.tail
-        begun = [i for i, line in enumerate(tail) if _SAVE_BEGINS.search(line)]
-        if not begun:
-            continue
-        after = tail[begun[-1] + 1 :]
-        if any(_SAVE_ENDS.search(line) or _PROGRESS.search(line) for line in after):
-            continue
-        line_no = max(1, scan.lines - (len(tail) - 1 - begun[-1]))
-        return scan.index, line_no, tail[begun[-1]].strip()
-    return None
 
 
 def locations(hits: Sequence[Hit]) -> list[str]:
