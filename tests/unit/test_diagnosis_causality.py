@@ -8,7 +8,7 @@ from support.builders import job_info
 from support.builders import nccl_watchdog_timeout as timeout
 
 from trainmedic.core.taxonomy import Action, Category
-from trainmedic.decisions.remediation import plan_remediation
+from trainmedic.decisions.remediation import DEFAULT_CONFIDENCE_FLOOR, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
 from trainmedic.reports.triage import triage_report
 
@@ -146,21 +146,33 @@ def test_symptom_only_evidence_names_no_node_to_drain() -> None:
     assert any("is a symptom" in reason for reason in plan.reasons)
 
 
-def test_a_lone_sigkill_is_not_host_oom_but_corroborates_a_kernel_oom() -> None:
+def test_a_lone_sigkill_is_a_suspected_host_oom_that_acts_on_nothing() -> None:
+    """One task SIGKILLed while srun lived to report it is how the OOM killer kills; scancel,
+    preemption and KillWait signal the whole step. So: host OOM, below the confidence floor,
+    and the plan changes and resubmits nothing until a human confirms. A kernel OOM line
+    proves it; a scheduler's exit code 137 alone and srun's clean-up after a task's own error
+    exit are no memory kill at all."""
     killed = "srun: error: node003: task 5: Killed"
     alone = diagnose([LogSource.from_lines("slurm-42.out", [killed])])
-    assert alone.category is Category.Unknown
-    assert alone.root_cause_host == "node003"  # the place stays known
-    assert alone.rivals[0].category is Category.HostOOM
-    assert "only corroborates" in alone.rivals[0].reason
+    assert alone.category is Category.HostOOM and alone.confidence < DEFAULT_CONFIDENCE_FLOOR
+    assert alone.root_cause_host == "node003"
     plan = plan_remediation(alone, job_info(nodes=("node003",)))
-    assert plan.drain == () and not plan.restart and plan.page_oncall
+    assert plan.action is Action.investigate and plan.page_oncall
+    assert plan.drain == () and not plan.restart and not plan.spec_changes
     oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=42.0. Some of the step tasks"
     proven = diagnose([LogSource.from_lines("slurm-42.out", [oom, killed])])
     assert proven.category is Category.HostOOM
+    assert proven.confidence >= DEFAULT_CONFIDENCE_FLOOR
     assert "killed-alone" in [e.signature for e in proven.evidence]
+    assert plan_remediation(proven, job_info(nodes=("node003",))).restart
     evicted = "Warning  Evicted  pod/trainer-0  The node was low on resource: memory."
     assert diagnose([LogSource.from_lines("k.log", [evicted])]).category is Category.HostOOM
+    progress = [LogSource.from_lines("slurm-42.out", ["step 10 | loss: 2.0"])]
+    assert diagnose(progress, exit_code=137).category is not Category.HostOOM
+    status = ["slurmstepd: error: task 0 exited with exit code 137"]
+    assert diagnose([LogSource.from_lines("s.out", status)]).category is not Category.HostOOM
+    cleanup = ["srun: error: node001: task 0: Exited with exit code 1", killed]
+    assert diagnose([LogSource.from_lines("c.out", cleanup)]).category is not Category.HostOOM
 
 
 # ----------------------------------------------------------------------------- classes

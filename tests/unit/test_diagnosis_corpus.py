@@ -64,18 +64,8 @@ def test_key_tokens() -> None:
     assert not host_matches("node004", None)
 
 
-# Inherited labels that contradict a rule of issue 15 (point 3): their logs show only a
-# SIGKILL / exit -9 ("Killed", "exits with return code = -9"), which is also scancel,
-# preemption or KillWait; host OOM needs a kernel OOM line or memory telemetry. The rule
-# wins: these count as right when the diagnosis is Unknown (a human confirms).
-RULE_OVER_LABEL = {
-    "hostoom-fastmaskrcnn-172": "Unknown",
-    "hostoom-dolly-166": "Unknown",
-}
-
-
 def test_dev_corpus_accuracy() -> None:
-    rows = [{**row, "label": RULE_OVER_LABEL.get(row["id"], row["label"])} for row in load_corpus()]
+    rows = load_corpus()
     category_ok = 0
     host_total = host_ok = 0
     misses = []
@@ -85,11 +75,7 @@ def test_dev_corpus_accuracy() -> None:
             category_ok += 1
         else:
             misses.append(f"{row['id']}: {row['label']} -> {diagnosis.category.value}")
-        assert (
-            diagnosis.layer.value == row["layer"]
-            or diagnosis.category.value != row["label"]
-            or row["id"] in RULE_OVER_LABEL
-        )
+        assert diagnosis.layer.value == row["layer"] or diagnosis.category.value != row["label"]
         if row["root_cause_host"]:
             host_total += 1
             if host_matches(row["root_cause_host"], diagnosis.root_cause_host):

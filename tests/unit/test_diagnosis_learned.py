@@ -8,7 +8,7 @@ from pathlib import Path
 from support.builders import job_info
 
 from trainmedic.core.taxonomy import Category
-from trainmedic.decisions.remediation import plan_remediation
+from trainmedic.decisions.remediation import DEFAULT_CONFIDENCE_FLOOR, plan_remediation
 from trainmedic.diagnosis import LogSource, diagnose
 from trainmedic.diagnosis.learned import (
     MAX_CONFIDENCE,
@@ -84,12 +84,15 @@ def test_no_signature_the_table_suggests_and_a_human_confirms() -> None:
     assert plan.page_oncall and not plan.drain and not plan.restart
 
 
-def test_a_lone_sigkill_stays_unproven() -> None:
+def test_a_lone_sigkill_stays_below_the_floor() -> None:
     # The corpus's memory kills are mostly "exit code -9" reports: the table leans to HostOOM
-    # on them, the inference the rules refuse (scancel and preemption send SIGKILL too).
+    # on them; the rules name the suspicion too, but never above the confidence floor
+    # (an operator's kill -9 looks the same).
     lines = [*HEALTHY[:3], "ERROR: process 4242 killed: exits with return code = -9 (SIGKILL)"]
     diagnosis = diagnose([LogSource.from_lines("rank-00000.node000.out", lines)])
-    assert diagnosis.category is not Category.HostOOM
+    assert diagnosis.category is Category.HostOOM
+    assert diagnosis.confidence < DEFAULT_CONFIDENCE_FLOOR
+    assert diagnosis.source == "rules"
 
 
 def test_a_launchers_exit_report_is_not_read_for_words() -> None:

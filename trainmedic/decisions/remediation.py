@@ -47,6 +47,15 @@ class Plan(BaseModel):
 HARDWARE_CATEGORIES = frozenset({Category.GPUFallenOff, Category.ECCError, Category.NVLinkError})
 
 
+# What an unsure diagnosis must not do on its own: each of these acts on the job as if the
+# diagnosis were proven (a suspected host OOM from a SIGKILL alone: the kill may have been an
+# operator's).
+_CONFIRMED_FIRST = {
+    Action.rollback: "a rollback discards training progress and skips data",
+    Action.retry_with_changes: "a resubmission with changed settings acts on an unproven cause",
+}
+
+
 def application_fault(diagnosis: Diagnosis) -> bool:
     """A GPU fault NVIDIA's catalogue calls the application's (Xid 13, 31, 43, 45, ...), with
     no hardware evidence (a hardware Xid, ECC or NVLink line, telemetry) anywhere in the logs."""
@@ -131,11 +140,10 @@ def plan_remediation(
             reasons=tuple(reasons),
         )
 
-    if unsure and action is Action.rollback:
+    if unsure and action in _CONFIRMED_FIRST:
         reasons.append(
             f"confidence {diagnosis.confidence:.2f} is below the floor {confidence_floor:.2f}: "
-            "a rollback discards training progress and skips data, so a human confirms the "
-            "diagnosis first"
+            f"{_CONFIRMED_FIRST[action]}, so a human confirms the diagnosis first"
         )
         return Plan(
             action=Action.investigate, origin_node=origin, page_oncall=True, reasons=tuple(reasons)

@@ -51,7 +51,7 @@ class Signature:
     # sits in names a witness, not the origin, so the hit takes no location from its source.
     witness: bool = False
     # The line strengthens a diagnosis of its category that another (non-corroborating) cause
-    # proves, and proves nothing alone: a SIGKILL or exit code 137 is host OOM only beside a
+    # proves, and proves nothing alone: a job's exit code 137 is host OOM only beside a
     # kernel OOM line (scancel, preemption and KillWait send the same signal).
     corroborates: bool = False
     # Ids of signatures whose line, anywhere in the job, makes this one its aftermath: PyTorch's

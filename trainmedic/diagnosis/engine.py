@@ -9,8 +9,9 @@ causal model, not line order:
    is that cause's consequence, whichever was printed first.
 2. Of what is left, categories are scored by their most decisive line (signature weight),
    symptoms (collective timeouts) count half, near-ties go to the earliest line.
-3. Corroborating lines (a SIGKILL, exit code 137) count only beside a cause of their own
-   category; alone they name a place and nothing else.
+3. Corroborating lines (a job's exit code 137) count only beside a cause of their own
+   category; alone they name a place and nothing else. A SIGKILL of one process that its
+   launcher reports is a suspected host OOM, below the confidence floor (``killed-alone``).
 
 Telemetry, exit code and heartbeat age add evidence the logs may not carry. Every rival
 explanation is kept with the reason it lost (``Diagnosis.rivals``).

@@ -30,8 +30,8 @@ def unexplained(
 ) -> Diagnosis:
     """The diagnosis of logs no signature explains, from each source's last lines.
 
-    ``unproven``: categories the rules set aside for want of proof (a SIGKILL alone is not
-    host OOM): the word table's lean towards one of them is the same unproven inference.
+    ``unproven``: categories the rules set aside for want of proof (an exit code 137 alone is
+    not host OOM): the word table's lean towards one of them is the same unproven inference.
     """
     if llm is not None and any(tails.values()):
         answer = classify_with_llm(tails, llm)

@@ -4,7 +4,7 @@ confidence, and why each rival explanation lost.
 A category that another cause present in the job drags along (``CONSEQUENCES``: a GPU
 fault's NCCL, socket and storage errors; a node loss's timeouts) is that cause's fallout,
 whichever was printed first. Of what is left, the most decisive line (signature weight) wins,
-symptoms count half, near-ties go to the earliest line. Corroborating lines (a SIGKILL, exit
+symptoms count half, near-ties go to the earliest line. Corroborating lines (a job's exit
 code 137) count only beside a cause of their own category.
 """
 
@@ -111,7 +111,7 @@ def score(hit: Hit) -> float:
 
 def corroborated(hits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
     """(hits that count, corroborating hits whose category no other cause proves). The
-    latter keep their place as context: a SIGKILL line still says which node was hit."""
+    latter keep their place as context: an exit status line still says which node was hit."""
     proven = {
         h.signature.category
         for h in hits
@@ -247,8 +247,8 @@ def _unproven_rivals(unproven: Sequence[Hit]) -> tuple[Rival, ...]:
         else:
             reason = (
                 f"not counted: {hit.signature.id} only corroborates a "
-                f"{hit.signature.category} that another line proves, and none does (a "
-                "SIGKILL or exit code 137 alone is also scancel, preemption, KillWait)"
+                f"{hit.signature.category} that another line proves, and none does (an "
+                "exit code 137 alone is also scancel, preemption, KillWait)"
             )
         told.append(
             Rival(
