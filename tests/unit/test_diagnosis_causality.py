@@ -240,8 +240,10 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     ]
     diagnosis = diagnose([LogSource.from_lines("gpu1505.log", quiet)])
     assert diagnosis.category is Category.Hang
-    assert diagnosis.symptom_only and diagnosis.root_cause_host is None
-    assert diagnosis.confidence < 0.5
+    assert diagnosis.symptom_only and diagnosis.confidence < 0.5
+    assert diagnosis.root_cause_host == "gpu1505"  # where it stopped, not proof of a fault
+    plan = plan_remediation(diagnosis, job_info(nodes=("gpu1505", "gpu1506")))
+    assert plan.locate and plan.drain == ()
     ended = [*quiet, "RuntimeError: something else broke"]
     assert diagnose([LogSource.from_lines("x.log", ended)]).category is not Category.Hang
 

@@ -49,8 +49,9 @@ def test_the_writers_prefix_must_leave_no_doubt() -> None:
 
 
 def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
-    """A lost node's obituary, a hang, a collective timeout: written elsewhere than where the
-    fault began, so the log's one host is not named."""
+    """A lost node's obituary and a collective timeout are written elsewhere than where the
+    fault began, so the log's one host is not named. A log that just stopped stopped where it
+    was written: named, and still only pair-tested, never drained."""
     witness = [
         *NCCL_INIT,
         "slurmstepd: error: *** STEP 1001.0 ON gpu-server7 CANCELLED AT 2026-12-02T15:10:26 "
@@ -59,7 +60,9 @@ def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
     lost = diagnosed(witness)
     assert lost.category is Category.NodeFailure and lost.root_cause_host is None
     stalled = diagnosed([*NCCL_INIT, "NCCL INFO Using network Socket"])
-    assert stalled.category is Category.Hang and stalled.root_cause_host is None
+    assert stalled.category is Category.Hang and stalled.root_cause_host == "gpu-server7"
+    plan = plan_remediation(stalled, job_info(nodes=("gpu-server7", "gpu-server8")))
+    assert plan.locate and plan.drain == ()
     timeout = (
         "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
         "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600058 milliseconds "

@@ -18,9 +18,10 @@ __all__ = ["MAX_LOCATIONS", "only_host", "origin_host"]
 
 MAX_LOCATIONS = 4
 
-# A lost node's obituary and a hang's stacks are written by the survivors and where someone
-# looked: the machine a log came from is not where these started.
-_NOT_WHERE_WRITTEN = frozenset({Category.Hang, Category.NodeFailure})
+# A lost node's obituary is written by the survivors: the machine a log came from is not where
+# it started. (A hang's stacks are dumped from the stuck process, on its own machine: where a
+# one-host log was written is where it hung, or the one place looked at.)
+_NOT_WHERE_WRITTEN = frozenset({Category.NodeFailure})
 
 
 def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
@@ -29,7 +30,11 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     placed = _placed(winner, hits)
     if placed is not None:
         return placed
-    if winner.is_symptom or any(h.signature.witness for h in winner.hits):
+    # A symptom is seen by every rank, wherever it began; a log that merely stopped (a hang's
+    # silence) stopped where it was written.
+    if winner.is_symptom and winner.category is not Category.Hang:
+        return None
+    if any(h.signature.witness for h in winner.hits):
         return None
     return only_host(winner.category, scans, hits)
 
