@@ -101,3 +101,27 @@ def test_the_peer_that_closed_the_socket_and_the_node_whose_slurmd_failed_are_na
     failed = diagnosed([epilog])
     assert failed.category is Category.NodeFailure
     assert failed.root_cause_host == "ip-10-1-74-228"
+
+
+def test_a_launchers_summary_names_the_host_of_the_ranks_it_reports() -> None:
+    """The cause names a rank; torchelastic's summary (however flattened), Open MPI's lost
+    daemon block and a cloud job's "[pod] [date]" prefix name the host."""
+    summary = [
+        "Root Cause (first observed failure): [0]: time : 2024-07-25_12:48:53 host : "
+        "ip-119-181-1-31.ec2.internal rank : 0 (local_rank: 0) exitcode : -9 (pid: 6774)",
+        "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    assert diagnosed(summary).root_cause_host == "ip-119-181-1-31.ec2.internal"
+    orte = [
+        "ORTE has lost communication with its daemon located on node:",
+        "",
+        "   hostname:  ip-10-15-20-17.ec2.internal",
+    ]
+    lost = diagnosed(orte)
+    assert lost.category is Category.NodeFailure
+    assert lost.root_cause_host == "ip-10-15-20-17.ec2.internal"
+    pod = (
+        "[dlc1mtq58q0821ib-master-0] [2026-03-30 19:24:42,731] torch.distributed.elastic."
+        "multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (process ID: 71)"
+    )
+    assert diagnosed([pod]).root_cause_host == "dlc1mtq58q0821ib-master-0"

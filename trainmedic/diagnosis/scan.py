@@ -55,10 +55,11 @@ _LABEL_PREFIX = re.compile(
     # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
-    # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ..." (a
-    # name with a digit: "[INFO] 2021-..." is a level, "[rank0] ..." a rank, no host).
+    # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ...", a
+    # cloud job's "[pod-name-0] [2026-03-30 19:24:35,967] ..." (a name with a digit: "[INFO]
+    # 2021-..." is a level, "[rank0] ..." a rank, no host).
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
-    r"(?::\d+/\d+)?\] (?=\d{4}-\d\d-\d\d )"
+    r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
 )
 _HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx", "espnet")
 # The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
