@@ -45,6 +45,8 @@ def test_xid_line_names_the_gpu_as_nvidia_smi_does() -> None:
     parsed = parse_xid_line("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
     assert parsed is not None and (parsed.code, parsed.pci_bus_id) == (79, "00000000:3B:00.0")
     assert parse_xid_line("NVRM: loading NVIDIA UNIX x86_64 Kernel Module") is None
+    mig = parse_xid_line("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE")
+    assert mig is not None and (mig.code, mig.pci_bus_id) == (94, "00000000:01:00.0")
 
 
 @pytest.mark.parametrize(

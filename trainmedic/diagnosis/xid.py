@@ -119,10 +119,10 @@ def codes_for(category: Category) -> frozenset[int]:
 
 
 # The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ..." (PCI domain, bus,
-# device of the GPU; some drivers add the function).
+# device of the GPU; some drivers add the function; with MIG, the GPU instance: "GPU-I:05").
 _XID_LINE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
-    r"(?P<device>[0-9a-fA-F]{2})(?:\.(?P<function>[0-7]))?\): (?P<code>\d+)\b"
+    r"(?P<device>[0-9a-fA-F]{2})(?:\.(?P<function>[0-7]))?(?: GPU-I:\d+)?\): (?P<code>\d+)\b"
 )
 
 
