@@ -32,7 +32,7 @@ from trainmedic.diagnosis.collectives import mismatched_collectives, save_unfini
 from trainmedic.diagnosis.fallback import unexplained
 from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
-from trainmedic.diagnosis.loss import find_loss_spike, find_passing_spike, find_scale_collapse
+from trainmedic.diagnosis.loss import find_scale_collapse, find_spikes
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.placing import only_host, origin_host
 from trainmedic.diagnosis.ranking import (
@@ -267,10 +267,10 @@ def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
     hits = []
     for scan in scans:
         found: list[tuple[Signature, str, int]] = []
-        spike = find_loss_spike(scan.loss_points)
-        if spike is not None:
-            found.append((LOSS_SPIKE, spike.describe(), spike.line))
-        elif (passed := find_passing_spike(scan.loss_points)) is not None:
+        lasting, passed = find_spikes(scan.loss_points)
+        if lasting is not None:
+            found.append((LOSS_SPIKE, lasting.describe(), lasting.line))
+        elif passed is not None:
             found.append((LOSS_SPIKE_PASSED, passed.describe(), passed.line))
         collapse = find_scale_collapse(scan.scale_points)
         if collapse is not None:

@@ -16,8 +16,8 @@ __all__ = [
     "extract_loss_scales",
     "extract_losses",
     "find_loss_spike",
-    "find_passing_spike",
     "find_scale_collapse",
+    "find_spikes",
 ]
 
 # Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2", and
@@ -105,19 +105,24 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
 
 def find_loss_spike(points: Sequence[LossPoint]) -> LossSpike | None:
     """The first jump far above the running median that is still elevated at the end."""
-    return next((spike for spike in _spikes(points) if not spike.recovered), None)
+    return find_spikes(points)[0]
 
 
-def find_passing_spike(points: Sequence[LossPoint]) -> LossSpike | None:
-    """The largest jump that came back down: nothing to roll back, but the one abnormal thing
-    in a log that otherwise ends in ordinary output. Held to a higher jump than a lasting
-    spike (``PASSING_SPIKE_RATIO``): small batches make single steps jitter."""
-    passing = [
-        spike
-        for spike in _spikes(points)
-        if spike.recovered and spike.peak >= spike.baseline * PASSING_SPIKE_RATIO
-    ]
-    return max(passing, key=lambda s: s.peak / s.baseline, default=None)
+def find_spikes(points: Sequence[LossPoint]) -> tuple[LossSpike | None, LossSpike | None]:
+    """(the first lasting spike, else None; else the largest spike the loss came back from),
+    in one pass over the curve. A passing spike is nothing to roll back, but the one abnormal
+    thing in a log that otherwise ends in ordinary output; it is held to a higher jump than a
+    lasting one (``PASSING_SPIKE_RATIO``): small batches make single steps jitter."""
+    passing: LossSpike | None = None
+    for spike in _spikes(points):
+        if not spike.recovered:
+            return spike, None
+        jump = spike.peak / spike.baseline
+        if jump >= PASSING_SPIKE_RATIO and (
+            passing is None or jump > passing.peak / passing.baseline
+        ):
+            passing = spike
+    return None, passing
 
 
 def _spikes(points: Sequence[LossPoint]) -> Iterator[LossSpike]:
