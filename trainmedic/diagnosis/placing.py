@@ -72,12 +72,11 @@ def _placed(winner: Candidate, hits: Sequence[Hit]) -> str | None:
         symptom_places = locations(symptoms)
         return symptom_places[0] if len(symptom_places) == 1 else None
     places = locations([h for h in winner.hits if h.signature.role is Role.cause])
-    hosts = [p for p in locations(context) if not p.startswith(("rank ", "GPU "))]
+    context_places = locations(context)
     if not places:
-        places = locations(context)
-        if len(places) != 1:
-            return None
-    elif len(hosts) == 1 and all(p.startswith("rank ") for p in places):
+        return context_places[0] if len(context_places) == 1 else None
+    hosts = [p for p in context_places if not p.startswith(("rank ", "GPU "))]
+    if len(hosts) == 1 and all(p.startswith("rank ") for p in places):
         # The cause names only ranks; the launcher's summary names the one host they ran on
         # (torchelastic's "Root Cause ... host : node7").
         return hosts[0]
