@@ -51,7 +51,7 @@ _JSON_HOST = re.compile(
 _LABEL_PREFIX = re.compile(
     r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
-    r"|^\(\w+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+    r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
     # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
