@@ -17,9 +17,11 @@ running the matched signature on the real line.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
+
+import ahocorasick
 
 from trainmedic.diagnosis.catalogue import MASK, Signature
 from trainmedic.diagnosis.regex_facts import NON_ASCII_FOLDS, analyse, split_alternatives
@@ -66,8 +68,9 @@ class _Tables:
     alternatives: tuple[_Alternative, ...]
     always: tuple[int, ...]  # alternatives without a required factor
     by_factor: dict[bytes, tuple[int, ...]]  # factor -> alternatives it is the first set of
-    within: dict[bytes, frozenset[bytes]]  # indexed factor -> those inside it (itself too)
-    finder: re.Pattern[bytes] | None  # the longest indexed factor starting at a position
+    # Every factor of every required set found in one pass over the template (Aho-Corasick,
+    # overlapping ones included); its keys are the factors' bytes as latin-1 text
+    finder: ahocorasick.Automaton | None
 
 
 @cache
@@ -87,29 +90,23 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
     for number, alternative in enumerate(alternatives):
         for factor in alternative.required[0] if alternative.required else ():
             by_factor.setdefault(factor, []).append(number)
-    factors = sorted(by_factor)
     return _Tables(
         alternatives=tuple(alternatives),
         always=tuple(n for n, a in enumerate(alternatives) if not a.required),
         by_factor={f: tuple(n) for f, n in by_factor.items()},
-        within={f: frozenset(g for g in factors if g in f) for f in factors},
-        finder=re.compile(_trie(factors)) if factors else None,
+        finder=_automaton({f for a in alternatives for r in a.required for f in r}) or None,
     )
 
 
-def _trie(words: Sequence[bytes]) -> bytes:
-    """One regex over ``words`` that, at a position, matches the longest word starting there."""
-    children: dict[bytes, list[bytes]] = {}
-    ends = False
-    for word in words:
-        if word:
-            children.setdefault(word[:1], []).append(word[1:])
-        else:
-            ends = True
-    if not children:
-        return b""
-    body = b"(?:" + b"|".join(re.escape(k) + _trie(v) for k, v in sorted(children.items())) + b")"
-    return body + b"?" if ends else body
+def _automaton(factors: Iterable[bytes]) -> ahocorasick.Automaton | None:
+    factors = sorted(factors)
+    if not factors:
+        return None
+    automaton = ahocorasick.Automaton()
+    for factor in factors:
+        automaton.add_word(factor.decode("latin-1"), factor)
+    automaton.make_automaton()
+    return automaton
 
 
 class Dispatch:
@@ -133,26 +130,22 @@ class Dispatch:
         return found
 
     def present(self, template: bytes) -> set[bytes]:
-        """Every indexed factor (first required set of an alternative) the template holds."""
-        finder, within = self.tables.finder, self.tables.within
-        found: set[bytes] = set()
+        """Every factor (of any alternative's required sets) the template holds."""
+        finder = self.tables.finder
         if finder is None:
-            return found
-        position = 0
-        while (match := finder.search(template, position)) is not None:
-            found |= within[match.group()]
-            position = match.start() + 1
-        return found
+            return set()
+        return {factor for _, factor in finder.iter(template.decode("latin-1"))}
 
     def candidates(self, key: bytes) -> list[int]:
         """The alternatives (in catalogue order) whose required factors the line holds."""
         tables = self.tables
         template = dispatch_template(key)
         chosen = set(tables.always)
-        for factor in self.present(template):
-            for number in tables.by_factor[factor]:
+        found = self.present(template)
+        for factor in found:
+            for number in tables.by_factor.get(factor, ()):
                 if number not in chosen and all(
-                    any(f in template for f in required)
+                    not required.isdisjoint(found)
                     for required in tables.alternatives[number].required[1:]
                 ):
                     chosen.add(number)
