@@ -5,7 +5,7 @@ every signature on each is what made it slow. Each signature's regex is split in
 top-level alternatives and each is read once (:mod:`trainmedic.diagnosis.regex_facts`):
 
 * a flagged line runs only the alternatives whose required factors its template holds (one
-  search of all factors at once, not one per signature);
+  Aho-Corasick pass finds every factor of every alternative at once, not one search each);
 * an alternative that is *digit-blind* matches a line exactly when it matches the line with
   its digits masked to ``0``, so its verdict is cached per digit-masked line (bounded); the
   others (Xid codes, exit code 137, ``[Errno 28]``) are run on the real line each time.
