@@ -118,12 +118,12 @@ def codes_for(category: Category) -> frozenset[int]:
     return frozenset(e.code for e in load_xid_catalogue().values() if e.category is category)
 
 
-# The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ..." (PCI domain, bus,
-# device of the GPU; some drivers add the function; with MIG, the GPU instance: "GPU-I:05").
-_XID_LINE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
-    r"(?P<device>[0-9a-fA-F]{2})(?:\.(?P<function>[0-7]))?(?: GPU-I:\d+)?\): (?P<code>\d+)\b"
-)
+# How the driver names the GPU in an Xid line: PCI domain, bus, device ("0000:3b:00"; some
+# drivers add the function; with MIG, the GPU instance: "0000:01:00 GPU-I:05"). One pattern for
+# the log path (signatures.toml's [xid] regex, its {gpu} hole) and the kernel-line parser.
+XID_GPU = r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?: GPU-I:\d+)?"
+# The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ...".
+_XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?" + XID_GPU + r"\): (?P<code>\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -137,10 +137,9 @@ def parse_xid_line(line: str) -> XidLine | None:
     match = _XID_LINE.search(line)
     if match is None:
         return None
-    bus_id = (
-        f"{int(match['domain'], 16):08X}:{match['bus'].upper()}:{match['device'].upper()}"
-        f".{match['function'] or '0'}"
-    )
+    address, _, function = match["pci"].partition(".")
+    domain, bus, device = address.split(":")
+    bus_id = f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function or '0'}"
     return XidLine(code=int(match["code"]), pci_bus_id=bus_id)
 
 
@@ -196,12 +195,13 @@ def _code_table(
 def _code_signature_tables(
     template: str, groups: list[_Group], examples: Callable[[list[int], str], list[str]]
 ) -> list[dict[str, object]]:
-    """A signature table per group with codes; ``examples(codes, regex)``: the group's."""
+    """A signature table per group with codes; ``examples(codes, regex)``: the group's. The
+    template's {gpu} hole is how the driver names the GPU (``XID_GPU``)."""
     tables: list[dict[str, object]] = []
     for sig_id, category, weight, codes in groups:
         if not codes:
             continue
-        regex = template.replace("{codes}", "|".join(map(str, codes)))
+        regex = template.replace("{codes}", "|".join(map(str, codes))).replace("{gpu}", XID_GPU)
         tables.append(
             {
                 "id": sig_id,
