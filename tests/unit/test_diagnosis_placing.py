@@ -125,3 +125,23 @@ def test_a_launchers_summary_names_the_host_of_the_ranks_it_reports() -> None:
         "multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (process ID: 71)"
     )
     assert diagnosed([pod]).root_cause_host == "dlc1mtq58q0821ib-master-0"
+
+
+def test_zsh_prompts_and_uname_name_the_machine_a_report_came_from() -> None:
+    zsh = ["zeyer@cn-234 ~ % nvidia-smi", *ERROR]
+    assert diagnosed(zsh).root_cause_host == "cn-234"
+    uname = ["Linux node-11 5.4.0-65-generic #73-Ubuntu SMP Mon Jan 18 17:25:17 UTC 2021", *ERROR]
+    assert diagnosed(uname).root_cause_host == "node-11"
+    # The kernel's own banner names a version, not a host.
+    banner = ["Linux version 5.4.0-65-generic (buildd@lcy01-amd64-018)", *ERROR]
+    assert diagnosed(banner).root_cause_host is None
+
+
+def test_a_gpu_named_without_its_machine_joins_the_one_machine_the_log_came_from() -> None:
+    lost = ["Unable to determine the device handle for GPU0000:03:00.0: Unknown Error"]
+    assert diagnosed(lost).root_cause_host == "GPU 0000:03:00.0"
+    on_one_host = ["zeyer@cn-234 ~ % nvidia-smi", *lost]
+    assert diagnosed(on_one_host).root_cause_host == "cn-234 GPU 0000:03:00.0"
+    # Two machines in the log, the line under neither's prompt: which one is not known.
+    two = [*lost, "zeyer@cn-234 ~ % uptime", "up 3 days", "zeyer@cn-235 ~ % uptime", "up 1 day"]
+    assert diagnosed(two).root_cause_host == "GPU 0000:03:00.0"

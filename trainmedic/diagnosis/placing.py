@@ -28,6 +28,12 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     """Where the winning evidence places the cause; else, for a cause that is neither a
     symptom nor a witness's line, the one host the logs were written on."""
     placed = _placed(winner, hits)
+    if placed is not None and placed.startswith(("rank ", "GPU ")) and not winner.is_symptom:
+        # The cause names a rank or a GPU but no machine; where every log was written on one
+        # machine, that is the machine ("GPU 0000:03:00.0" on the node whose prompt shows).
+        host = only_host(winner.category, scans, hits)
+        if host is not None:
+            return host if placed.startswith("rank ") else f"{host} {placed}"
     if placed is not None:
         return placed
     # A symptom is seen by every rank, wherever it began; a log that merely stopped (a hang's

@@ -70,13 +70,16 @@ HEAD_LINES = 40  # the first lines of a source, where launchers and NCCL say whe
 # A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
 # prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
 # Not a container's default name (12 hex digits, the container, not the node) or localhost.
-# A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ".
+# A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
+# zsh's ends in "%": "user@cn-234 ~ % ".
 _SHELL_PROMPT = re.compile(
-    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$]{0,160}?\]?[#$] "
+    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$%]{0,160}?\]?[#$%] "
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
     re.MULTILINE,
 )
+# `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...".
+_UNAME = re.compile(r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-")
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
 _SYSLOG_PREFIX = re.compile(
@@ -355,6 +358,9 @@ def writer(text: str) -> str | None:
                     if name in _WRITER_GROUPS or prefix is not _LABEL_PREFIX:
                         return value.lower()
                     return value if _IP.fullmatch(value) else None
+    uname = _UNAME.match(text)
+    if uname and not _NOT_A_NODE.match(uname["host"].lower()):
+        return uname["host"].lower()
     return None
 
 
