@@ -94,16 +94,16 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
         alternatives=tuple(alternatives),
         always=tuple(n for n, a in enumerate(alternatives) if not a.required),
         by_factor={f: tuple(n) for f, n in by_factor.items()},
-        finder=_automaton({f for a in alternatives for r in a.required for f in r}) or None,
+        finder=_automaton({f for a in alternatives for r in a.required for f in r}),
     )
 
 
 def _automaton(factors: Iterable[bytes]) -> ahocorasick.Automaton | None:
-    factors = sorted(factors)
-    if not factors:
+    words = sorted(factors)
+    if not words:
         return None
     automaton = ahocorasick.Automaton()
-    for factor in factors:
+    for factor in words:
         automaton.add_word(factor.decode("latin-1"), factor)
     automaton.make_automaton()
     return automaton
