@@ -29,9 +29,8 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     symptom nor a witness's line, the one host the logs were written on."""
     placed = _placed(winner, hits)
     if placed is not None and placed.startswith(("rank ", "GPU ")) and not winner.is_symptom:
-        # The cause names a rank or a GPU but no machine; where every log was written on one
-        # machine, that is the machine ("GPU 0000:03:00.0" on the node whose prompt shows).
-        host = only_host(winner.category, scans, hits)
+        # The cause names ranks or a GPU but no machine: it ran on the one machine known.
+        host = _one_known_host(placed, winner, scans, hits)
         if host is not None:
             return host if placed.startswith("rank ") else f"{host} {placed}"
     if placed is not None:
@@ -78,12 +77,21 @@ def _placed(winner: Candidate, hits: Sequence[Hit]) -> str | None:
         symptom_places = locations(symptoms)
         return symptom_places[0] if len(symptom_places) == 1 else None
     places = locations([h for h in winner.hits if h.signature.role is Role.cause])
-    context_places = locations(context)
     if not places:
+        context_places = locations(context)
         return context_places[0] if len(context_places) == 1 else None
-    hosts = [p for p in context_places if not p.startswith(("rank ", "GPU "))]
-    if len(hosts) == 1 and all(p.startswith("rank ") for p in places):
-        # The cause names only ranks; the launcher's summary names the one host they ran on
-        # (torchelastic's "Root Cause ... host : node7").
-        return hosts[0]
     return ", ".join(places[:MAX_LOCATIONS])
+
+
+def _one_known_host(
+    placed: str, winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[Hit]
+) -> str | None:
+    """The machine a rank- or GPU-only cause ran on: the one host a launcher's summary names
+    for ranks (torchelastic's "Root Cause ... host : node7"), else the one host every log was
+    written on ("GPU 0000:03:00.0" on the node whose prompt shows)."""
+    if all(place.startswith("rank ") for place in placed.split(", ")):
+        context = [h for h in hits if h.signature.role is Role.context]
+        hosts = [p for p in locations(context) if not p.startswith(("rank ", "GPU "))]
+        if len(hosts) == 1:
+            return hosts[0]
+    return only_host(winner.category, scans, hits)
