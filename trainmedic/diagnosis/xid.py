@@ -195,13 +195,12 @@ def _code_table(
 def _code_signature_tables(
     template: str, groups: list[_Group], examples: Callable[[list[int], str], list[str]]
 ) -> list[dict[str, object]]:
-    """A signature table per group with codes; ``examples(codes, regex)``: the group's. The
-    template's {gpu} hole is how the driver names the GPU (``XID_GPU``)."""
+    """A signature table per group with codes; ``examples(codes, regex)``: the group's."""
     tables: list[dict[str, object]] = []
     for sig_id, category, weight, codes in groups:
         if not codes:
             continue
-        regex = template.replace("{codes}", "|".join(map(str, codes))).replace("{gpu}", XID_GPU)
+        regex = template.replace("{codes}", "|".join(map(str, codes)))
         tables.append(
             {
                 "id": sig_id,
@@ -222,6 +221,8 @@ def xid_signature_tables(
     template, weights, application_weight, examples = _code_table(
         table, origin, "xid", "application_weight"
     )
+    # The template's {gpu} hole is how the driver names the GPU, as the kernel-line parser reads it.
+    template = template.replace("{gpu}", XID_GPU)
     by_code: dict[int, list[str]] = {}
     for example in examples:
         found = _XID_CODE_RE.search(example)
