@@ -12,11 +12,10 @@ the real line only when it is kept (the first and last few per signature).
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from trainmedic.diagnosis.attribution import Attribution, attribute, shell_prompts, writer
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
 from trainmedic.diagnosis.dispatch import Dispatch, line_text
 from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
@@ -33,65 +32,7 @@ FULL_LOSS_BLOCKS = 2  # the last blocks of a source: every loss value is read
 LOSS_SAMPLE_BYTES = 32 << 10  # other blocks: only their first 32 KiB
 LOSS_SAMPLE_POINTS = 16
 
-# Where a line says who wrote it. Tried in order, first match wins per field.
-# NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
-# a date, "[rank0]:"); a host name may start with a digit (cloud VMs: hex ids), not be one.
-_NCCL_PREFIX = re.compile(
-    r"(?:^|(?<=[\s>:\]]))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
-    r" \[(?P<gpu>\d+)\]"
-)
-# Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd ("hostname",
-# "host_name"; a Kubernetes health event's "nodeName", often an IP).
-_JSON_HOST = re.compile(
-    r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
-)
-# pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), mpirun/accelerate's
-# tagged output ("[gpu12:5]:"), Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)"). An
-# error code in that place (Ascend's "EI0002: ", "E1001: ") is no host.
-_LABEL_PREFIX = re.compile(
-    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
-    r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
-    r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
-    # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
-    r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
-    r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
-    # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ...", a
-    # cloud job's "[pod-name-0] [2026-03-30 19:24:35,967] ..." (a name with a digit: "[INFO]
-    # 2021-..." is a level, "[rank0] ..." a rank, no host).
-    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
-    r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
-)
-_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx", "espnet")
-# The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
-# written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address.
-_WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host"}
-_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 HEAD_LINES = 40  # the first lines of a source, where launchers and NCCL say where they run
-# A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
-# prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
-# Not a container's default name (12 hex digits, the container, not the node) or localhost.
-# A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
-# zsh's ends in "%": "user@cn-234 ~ % ".
-_SHELL_PROMPT = re.compile(
-    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$%]{0,160}?\]?[#$%] "
-    # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
-    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
-    re.MULTILINE,
-)
-# `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...".
-_UNAME = re.compile(r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-")
-_NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
-# A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
-_SYSLOG_PREFIX = re.compile(
-    r"(?:^|(?<=\s))(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
-    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd)(?:\[\d+\])?:"
-)
-_RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
-_GPU = re.compile(
-    r"\bGPU\s*(?P<gpu>\d{1,2})(?![\d:.])|device ordinal (?P<ordinal>\d+)|cuda:(?P<cuda>\d+)"
-)
-_PCI = re.compile(r"\b(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
-_ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
 
 
 @dataclass(frozen=True)
@@ -214,7 +155,7 @@ class _Scanner:
         flagged = {t for t in templates if self.prefilter(t)}
         # (line offset, host) of each shell prompt in the body, in order; rare, so looked
         # for only where an "@" is.
-        prompts = _prompts(body) if b"@" in body else []
+        prompts = shell_prompts(body) if b"@" in body else []
         if flagged:
             raw_lines = body.split(b"\n")
             upcoming = iter(prompts)
@@ -291,7 +232,7 @@ class _Scanner:
         if match is None:  # the verdict said it matches: a bug, never a silent miss
             raise AssertionError(f"{signature.id} judged to match line {line_no} but does not")
         if self.attribution is None or self.attribution[0] != line_no:
-            self.attribution = (line_no, _attribute(text))
+            self.attribution = (line_no, attribute(text))
         host, rank, gpu, timestamp = self.attribution[1]
         if signature.witness:
             host = rank = None
@@ -321,71 +262,6 @@ class _Scanner:
             timestamp=timestamp,
             named=named,
         )
-
-
-Attribution = tuple[str | None, int | None, str | None, float | None]
-
-
-def _attribute(text: str) -> Attribution:
-    host: str | None = None
-    gpu: str | None = None
-    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
-        match = prefix.search(text)
-        if match:
-            found = match.groupdict()
-            host = next(v for k, v in found.items() if k in _HOST_GROUPS and v).lower()
-            gpu = match.groupdict().get("gpu")
-            break
-    rank_match = _RANK.search(text)
-    rank = int(rank_match.group("rank")) if rank_match else None
-    if gpu is None:
-        gpu_match = _GPU.search(text)
-        if gpu_match:
-            gpu = next(v for v in gpu_match.groups() if v is not None)
-        else:
-            pci_match = _PCI.search(text)
-            gpu = pci_match.group("pci") if pci_match else None
-    return host, rank, gpu, _timestamp(text)
-
-
-def writer(text: str) -> str | None:
-    """The host a line's prefix says wrote it, where the prefix leaves no doubt."""
-    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
-        match = prefix.search(text)
-        if match:
-            for name, value in match.groupdict().items():
-                if value and name in _HOST_GROUPS:
-                    if name in _WRITER_GROUPS or prefix is not _LABEL_PREFIX:
-                        return value.lower()
-                    return value if _IP.fullmatch(value) else None
-    uname = _UNAME.match(text)
-    if uname and not _NOT_A_NODE.match(uname["host"].lower()):
-        return uname["host"].lower()
-    return None
-
-
-def _prompts(body: bytes) -> list[tuple[int, str]]:
-    """(line offset in ``body``, host) of every shell prompt naming a node."""
-    found = []
-    for match in _SHELL_PROMPT.finditer(body):
-        named = match.group("ssh") or match.group("host")
-        host = named.decode("ascii", "replace").lower().rstrip(".")
-        if not _NOT_A_NODE.match(host):
-            found.append((body.count(b"\n", 0, match.start()), host))
-    return found
-
-
-def _timestamp(text: str) -> float | None:
-    match = _ISO_TIME.search(text, 0, 80)
-    if match is None:
-        return None
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    fraction = match.group(7)
-    try:
-        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-    except ValueError:
-        return None
-    return moment.timestamp() + (float(f"0.{fraction}") if fraction else 0.0)
 
 
 def _excerpt(text: str, start: int) -> str:

@@ -1,0 +1,61 @@
+"""Who wrote a line: the prefixes that name a host, and the ones that only look like it."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmedic.diagnosis.attribution import attribute, shell_prompts, writer
+
+
+@pytest.mark.parametrize(
+    ("line", "host", "rank", "gpu"),
+    [
+        ("gpu-07:1234:5678 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1", "gpu-07", None, "3"),
+        (
+            "May 29 10:01:02 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79",
+            "node12",
+            None,
+            "0000:3b:00",
+        ),
+        ("[gpu12:5]: RuntimeError: NCCL error", "gpu12", None, None),
+        ("(RayWorker pid=9, ip=10.0.0.3) [rank3]: CUDA error", "10.0.0.3", 3, None),
+        ('{"hostname": "trn-4", "msg": "device lost"}', "trn-4", None, None),
+        ("[rank5]: torch.OutOfMemoryError on cuda:5", None, 5, "5"),
+    ],
+)
+def test_attribute_reads_host_rank_and_gpu_from_the_line(
+    line: str, host: str | None, rank: int | None, gpu: str | None
+) -> None:
+    found_host, found_rank, found_gpu, _ = attribute(line)
+    assert (found_host, found_rank, found_gpu) == (host, rank, gpu)
+
+
+def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
+    *_, timestamp = attribute("2026-12-05T10:00:01.5 node3 kernel: NVRM: Xid 48")
+    assert timestamp == 1796464801.5  # 2026-12-05 10:00:01.5 UTC
+    assert attribute("no time here")[3] is None
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("node7: Traceback (most recent call last):", None),  # "epoch1: " reads the same
+        ("192.168.13.81: Traceback (most recent call last):", "192.168.13.81"),
+        ("gpu-07:1234:5678 [3] NCCL WARN Call to ibv_create_qp failed", "gpu-07"),
+        ("Linux node-11 5.4.0-65-generic #73-Ubuntu SMP x86_64 GNU/Linux", "node-11"),
+        ("Linux version 5.4.0-65-generic (buildd@lcy01) (gcc 9.3.0)", None),
+        ("EI0002: The wait execution of the Notify register times out.", None),
+    ],
+)
+def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:
+    assert writer(line) == expected
+
+
+def test_shell_prompts_name_the_host_and_skip_containers() -> None:
+    body = (
+        b"(base) alice@gpu-03:~$ nvidia-smi\n"
+        b"No devices were found\n"
+        b"root@3f2a9c1b7d4e:/workspace# python train.py\n"
+        b"[bob@login1 ~]$ ssh gpu-2-5 nvidia-smi\n"
+    )
+    assert shell_prompts(body) == [(0, "gpu-03"), (3, "gpu-2-5")]

@@ -1,0 +1,141 @@
+"""Who wrote a log line, and when: the host its prefix names (NCCL's "host:pid:tid [gpu]",
+syslog, a launcher's tag, a JSON field), its rank and GPU, its timestamp; the hosts a
+pasted shell session's prompts name. Placing a cause starts here."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+__all__ = ["Attribution", "attribute", "shell_prompts", "writer"]
+
+# Where a line says who wrote it. Tried in order, first match wins per field.
+# NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
+# a date, "[rank0]:"); a host name may start with a digit (cloud VMs: hex ids), not be one.
+_NCCL_PREFIX = re.compile(
+    r"(?:^|(?<=[\s>:\]]))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
+    r" \[(?P<gpu>\d+)\]"
+)
+# Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd ("hostname",
+# "host_name"; a Kubernetes health event's "nodeName", often an IP).
+_JSON_HOST = re.compile(
+    r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
+)
+# pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), mpirun/accelerate's
+# tagged output ("[gpu12:5]:"), Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)"). An
+# error code in that place (Ascend's "EI0002: ", "E1001: ") is no host.
+_LABEL_PREFIX = re.compile(
+    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
+    r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
+    r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+    # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
+    r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
+    r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ...", a
+    # cloud job's "[pod-name-0] [2026-03-30 19:24:35,967] ..." (a name with a digit: "[INFO]
+    # 2021-..." is a level, "[rank0] ..." a rank, no host).
+    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
+    r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
+)
+_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx", "espnet")
+# The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
+# written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address.
+_WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host"}
+_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+# A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
+# prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
+# Not a container's default name (12 hex digits, the container, not the node) or localhost.
+# A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
+# zsh's ends in "%": "user@cn-234 ~ % ".
+_SHELL_PROMPT = re.compile(
+    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$%]{0,160}?\]?[#$%] "
+    # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
+    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
+    re.MULTILINE,
+)
+# `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...".
+_UNAME = re.compile(r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-")
+_NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
+# A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
+_SYSLOG_PREFIX = re.compile(
+    r"(?:^|(?<=\s))(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
+    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd)(?:\[\d+\])?:"
+)
+_RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
+_GPU = re.compile(
+    r"\bGPU\s*(?P<gpu>\d{1,2})(?![\d:.])|device ordinal (?P<ordinal>\d+)|cuda:(?P<cuda>\d+)"
+)
+_PCI = re.compile(r"\b(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
+_ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+
+
+Attribution = tuple[str | None, int | None, str | None, float | None]
+
+
+def attribute(text: str) -> Attribution:
+    host: str | None = None
+    gpu: str | None = None
+    prefix = _line_prefix(text)
+    if prefix is not None:
+        match, _, host = prefix
+        gpu = match.groupdict().get("gpu")
+    rank_match = _RANK.search(text)
+    rank = int(rank_match.group("rank")) if rank_match else None
+    if gpu is None:
+        gpu_match = _GPU.search(text)
+        if gpu_match:
+            gpu = next(v for v in gpu_match.groups() if v is not None)
+        else:
+            pci_match = _PCI.search(text)
+            gpu = pci_match.group("pci") if pci_match else None
+    return host, rank, gpu, _timestamp(text)
+
+
+def writer(text: str) -> str | None:
+    """The host a line's prefix says wrote it, where the prefix leaves no doubt."""
+    prefix = _line_prefix(text)
+    if prefix is not None:
+        match, group, host = prefix
+        if group in _WRITER_GROUPS or match.re is not _LABEL_PREFIX or _IP.fullmatch(host):
+            return host
+        return None
+    uname = _UNAME.match(text)
+    if uname and not _NOT_A_NODE.match(uname["host"].lower()):
+        return uname["host"].lower()
+    return None
+
+
+def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
+    """The first prefix naming the host that wrote a line: (match, group, host in lower case)."""
+    for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
+        match = prefix.search(text)
+        if match:
+            group, host = next(
+                (k, v) for k, v in match.groupdict().items() if k in _HOST_GROUPS and v
+            )
+            return match, group, host.lower()
+    return None
+
+
+def shell_prompts(body: bytes) -> list[tuple[int, str]]:
+    """(line offset in ``body``, host) of every shell prompt naming a node."""
+    found = []
+    for match in _SHELL_PROMPT.finditer(body):
+        named = match.group("ssh") or match.group("host")
+        host = named.decode("ascii", "replace").lower().rstrip(".")
+        if not _NOT_A_NODE.match(host):
+            found.append((body.count(b"\n", 0, match.start()), host))
+    return found
+
+
+def _timestamp(text: str) -> float | None:
+    match = _ISO_TIME.search(text, 0, 80)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction = match.group(7)
+    try:
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+    return moment.timestamp() + (float(f"0.{fraction}") if fraction else 0.0)
