@@ -246,6 +246,28 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     assert plan.locate and plan.drain == ()
     ended = [*quiet, "RuntimeError: something else broke"]
     assert diagnose([LogSource.from_lines("x.log", ended)]).category is not Category.Hang
+    # glog's INFO lines (XLA, libtpu) are ordinary output too; a node shut down is no silence.
+    glog = [f"I0515 20:03:2{i}.569316  343449 flash_attention.cc:1908] dry run" for i in range(4)]
+    assert diagnose([LogSource.from_lines("tpu.log", glog)]).category is Category.Hang
+    stopped = [*glog, "2020-06-16 21:26:07,014 INFO commands.py:136 -- kill_node: Shutdown worker"]
+    assert diagnose([LogSource.from_lines("ray.log", stopped)]).category is not Category.Hang
+
+
+def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -> None:
+    efa = [
+        "libfabric:718892:1658904526::efa:mr:efa_mr_regattr():632<warn> Unable to register MR: "
+        "Cannot allocate memory",
+        "libfabric:718892:1658904526::efa:eq:efa_eq_write_error():662<warn> Writing error "
+        "Cannot allocate memory to EQ.",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("rank0.log", efa)])
+    assert diagnosis.category is Category.NetworkError
+    (host_memory,) = [r for r in diagnosis.rivals if r.category is Category.HostOOM]
+    assert host_memory.reason.startswith("not counted: the aftermath of fabric-memory-registration")
+    alone = diagnose(
+        [LogSource.from_lines("rank0.log", ["OSError: [Errno 12] Cannot allocate memory"])]
+    )
+    assert alone.category is Category.HostOOM
 
 
 def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> None:

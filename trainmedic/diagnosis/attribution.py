@@ -28,8 +28,9 @@ _LABEL_PREFIX = re.compile(
     r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
-    # srun naming the node a task died on; UCX's "[host:pid:thread:tid]" crash reports.
-    r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks? \d"
+    # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
+    # "[host:pid:thread:tid]" crash reports.
+    r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
     # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ...", a
     # cloud job's "[pod-name-0] [2026-03-30 19:24:35,967] ..." (a name with a digit: "[INFO]

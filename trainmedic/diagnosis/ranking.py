@@ -300,11 +300,16 @@ def confidence(
 
 # A line that says the job failed or was stopped: its log does not end in silence.
 _TERMINAL = re.compile(
-    r"(?i)error|exception|fail|fatal|abort|signal|killed|exit|terminat|traceback|died|dead|"
-    r"cancel|segmentation|core dump|panic|oom\b|giving up|shutting down|interrupt"
+    r"(?i)error|exception|fail|fatal|abort|signal|kill|exit|terminat|traceback|died|dead|"
+    r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
 )
-# An ordinary line: a log level, a progress bar or a training step.
-_ORDINARY = re.compile(r"\b(?:INFO|DEBUG|NOTICE)\b|\d+%\||\b(?:iter(?:ation)?|step|epoch)\b", re.I)
+# An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO), a progress bar or a
+# training step.
+_ORDINARY = re.compile(
+    r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|\s)(?-i:I)\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
+    r"\b(?:iter(?:ation)?|step|epoch)\b",
+    re.I,
+)
 
 
 def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[int, str] | None:
