@@ -49,9 +49,10 @@ def test_the_writers_prefix_must_leave_no_doubt() -> None:
 
 
 def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
-    """A lost node's obituary and a collective timeout are written elsewhere than where the
-    fault began, so the log's one host is not named. A log that just stopped stopped where it
-    was written: named, and still only pair-tested, never drained."""
+    """A lost node's obituary is written elsewhere than where the fault began, so the log's one
+    host is not named. A log that just stopped stopped where it was written, and a collective
+    timing out where every log came from one machine timed out there: named, and still only
+    pair-tested, never drained."""
     witness = [
         *NCCL_INIT,
         "slurmstepd: error: *** STEP 1001.0 ON gpu-server7 CANCELLED AT 2026-12-02T15:10:26 "
@@ -69,7 +70,15 @@ def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
         "before timing out."
     )
     waited = diagnosed([*NCCL_INIT, timeout])
-    assert waited.symptom_only and "gpu-server7" not in (waited.root_cause_host or "")
+    assert waited.symptom_only and waited.root_cause_host == "rank 3"
+    unranked = timeout.replace("[Rank 3] ", "")
+    one_node = diagnosed([*NCCL_INIT, unranked])
+    assert one_node.category is Category.NCCLTimeout and one_node.symptom_only
+    assert one_node.root_cause_host == "gpu-server7"
+    plan = plan_remediation(one_node, job_info(nodes=("gpu-server7",)))
+    assert plan.drain == ()
+    two_nodes = [line.replace("gpu-server7", "gpu-server8") for line in NCCL_INIT]
+    assert diagnosed([*NCCL_INIT, *two_nodes, unranked]).root_cause_host is None
 
 
 def test_a_host_named_only_by_where_the_log_was_written_drains_nothing() -> None:

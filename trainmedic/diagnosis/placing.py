@@ -35,10 +35,10 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
             return host if placed.startswith("rank ") else f"{host} {placed}"
     if placed is not None:
         return placed
-    # A symptom is seen by every rank, wherever it began; a log that merely stopped (a hang's
-    # silence) stopped where it was written.
-    if winner.is_symptom and winner.category is not Category.Hang:
-        return None
+    # A symptom is seen by every rank, wherever it began: it names no rank or host of its own.
+    # But where every log was written on one machine (a one-node job timing out in a
+    # collective), that machine is where it began. Only the report's origin: a drain needs a
+    # host in a cause's own lines (engine.suspect_hosts), so this sends the job to the pair test.
     if any(h.signature.witness for h in winner.hits):
         return None
     return only_host(winner.category, scans, hits)
