@@ -45,6 +45,11 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         ("Linux node-11 5.4.0-65-generic #73-Ubuntu SMP x86_64 GNU/Linux", "node-11"),
         ("Linux version 5.4.0-65-generic (buildd@lcy01) (gcc 9.3.0)", None),
         ("EI0002: The wait execution of the Notify register times out.", None),
+        (
+            '4月 28 15:08:10 master-02 containerd[3862899]: level=error msg="StartContainer"',
+            "master-02",
+        ),
+        ("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing process", None),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:

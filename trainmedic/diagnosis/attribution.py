@@ -57,10 +57,13 @@ _SHELL_PROMPT = re.compile(
 # `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...".
 _UNAME = re.compile(r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-")
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
-# A syslog line, at the start or quoted after a report's own words ("Error: May 29 ...").
+# A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
+# or quoted after a report's own words ("Error: May 29 ...").
 _SYSLOG_PREFIX = re.compile(
-    r"(?:^|(?<=\s))(?:[A-Z][a-z]{2}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
-    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd)(?:\[\d+\])?:"
+    r"(?:^|(?<=\s))(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+"
+    r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
+    r"(?!(?:node|host|hostname|localhost|server)\s)"  # a report's stand-in for the name
+    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd|[a-z][\w.-]*\[\d+\]):"
 )
 _RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
 _GPU = re.compile(
