@@ -249,6 +249,8 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     # glog's INFO lines (XLA, libtpu) are ordinary output too; a node shut down is no silence.
     glog = [f"I0515 20:03:2{i}.569316  343449 flash_attention.cc:1908] dry run" for i in range(4)]
     assert diagnose([LogSource.from_lines("tpu.log", glog)]).category is Category.Hang
+    verbose = [f"[rank{i}]:V0731 00:56:29.066000 1323 stage.py:1354] receiving" for i in range(2)]
+    assert diagnose([LogSource.from_lines("pp.log", verbose)]).category is Category.Hang
     stopped = [*glog, "2020-06-16 21:26:07,014 INFO commands.py:136 -- kill_node: Shutdown worker"]
     assert diagnose([LogSource.from_lines("ray.log", stopped)]).category is not Category.Hang
 
@@ -282,6 +284,16 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
     assert diagnosis.evidence[0].signature == "loss-scale-collapse"
     fairseq = [f"| WARNING: overflow detected, setting loss scale to: {0.5**k}" for k in (9, 10)]
     assert diagnose([LogSource.from_lines("f.log", fairseq)]).category is Category.LossSpike
+    paddle = [
+        line
+        for k in range(5)
+        for line in (
+            f"[ WARNING] - optimizer not run, scale_before: {2.0 ** (15 - k)}, "
+            f"scale_after: {2.0 ** (14 - k)}",
+            f"[    INFO] - loss: 2.0{k}, learning_rate: 0.0, global_step: {18 + k}",
+        )
+    ]
+    assert diagnose([LogSource.from_lines("p.log", paddle)]).category is Category.LossSpike
     settled = [
         *overflow,
         *(

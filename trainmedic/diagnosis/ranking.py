@@ -303,10 +303,10 @@ _TERMINAL = re.compile(
     r"(?i)error|exception|fail|fatal|abort|signal|kill|exit|terminat|traceback|died|dead|"
     r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
 )
-# An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO), a progress bar or a
-# training step.
+# An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose),
+# a progress bar or a training step.
 _ORDINARY = re.compile(
-    r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|\s)(?-i:I)\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
+    r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
     r"\b(?:iter(?:ation)?|step|epoch)\b",
     re.I,
 )
