@@ -44,6 +44,10 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         ("gpu-07:1234:5678 [3] NCCL WARN Call to ibv_create_qp failed", "gpu-07"),
         ("Linux node-11 5.4.0-65-generic #73-Ubuntu SMP x86_64 GNU/Linux", "node-11"),
         ("Linux version 5.4.0-65-generic (buildd@lcy01) (gcc 9.3.0)", None),
+        (
+            "#  Rank  0 Group  0 Pid  21284 on deep-visionscaper3 device  0 [0x2f] AMD MI100",
+            "deep-visionscaper3",
+        ),
         ("EI0002: The wait execution of the Notify register times out.", None),
         (
             '4月 28 15:08:10 master-02 containerd[3862899]: level=error msg="StartContainer"',

@@ -54,8 +54,12 @@ _SHELL_PROMPT = re.compile(
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
     re.MULTILINE,
 )
-# `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...".
-_UNAME = re.compile(r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-")
+# `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...";
+# nccl-tests' header names each rank's: "#  Rank  0 Group  0 Pid  21284 on gpu-3 device  0".
+_MACHINE_LINE = re.compile(
+    r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-"
+    r"|^#\s+Rank\s+\d+ (?:Group\s+\d+ )?Pid\s+\d+ on\s+(?P<rank_host>[A-Za-z][\w.-]*) device\b"
+)
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
 # or quoted after a report's own words ("Error: May 29 ...").
@@ -103,9 +107,10 @@ def writer(text: str) -> str | None:
         if group in _WRITER_GROUPS or match.re is not _LABEL_PREFIX or _IP.fullmatch(host):
             return host
         return None
-    uname = _UNAME.match(text)
-    if uname and not _NOT_A_NODE.match(uname["host"].lower()):
-        return uname["host"].lower()
+    machine = _MACHINE_LINE.match(text)
+    if machine:
+        host = (machine["host"] or machine["rank_host"]).lower()
+        return None if _NOT_A_NODE.match(host) else host
     return None
 
 
