@@ -25,8 +25,8 @@ _NOT_WHERE_WRITTEN = frozenset({Category.NodeFailure})
 
 
 def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
-    """Where the winning evidence places the cause; else, for a cause that is neither a
-    symptom nor a witness's line, the one host the logs were written on."""
+    """Where the winning evidence places the cause; else, unless it is a witness's line, the
+    one host the logs were written on."""
     placed = _placed(winner, hits)
     if placed is not None and placed.startswith(("rank ", "GPU ")) and not winner.is_symptom:
         # The cause names ranks or a GPU but no machine: it ran on the one machine known.
