@@ -266,6 +266,13 @@ def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -
     assert diagnosis.category is Category.NetworkError
     (host_memory,) = [r for r in diagnosis.rivals if r.category is Category.HostOOM]
     assert host_memory.reason.startswith("not counted: the aftermath of fabric-memory-registration")
+    queue = [
+        "libfabric:17778:1732779731::efa:cq:efa_cq_ibv_cq_ex_open_with_ibv_create_cq_ex():92<warn> "
+        "Unable to create extended CQ: Cannot allocate memory",
+        "algo-1:17778:17848 [5] nccl_net_ofi_create_plugin:259 NCCL WARN NET/OFI aws-ofi-nccl "
+        "initialization failed",
+    ]
+    assert diagnose([LogSource.from_lines("r.log", queue)]).category is Category.NetworkError
     alone = diagnose(
         [LogSource.from_lines("rank0.log", ["OSError: [Errno 12] Cannot allocate memory"])]
     )
