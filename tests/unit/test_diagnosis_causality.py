@@ -309,6 +309,13 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
         ),
     ]
     assert diagnose([LogSource.from_lines("b.log", settled)]).category is not Category.LossSpike
+    # A shorter fall the log still ends in: a suspicion, below the floor (nothing rolled back).
+    falling = diagnose([LogSource.from_lines("s.log", overflow[:3])])
+    assert falling.category is Category.LossSpike
+    assert falling.evidence[0].signature == "loss-scale-falling"
+    assert falling.confidence < DEFAULT_CONFIDENCE_FLOOR
+    once = diagnose([LogSource.from_lines("o.log", overflow[:2])])
+    assert once.category is not Category.LossSpike
     floor = "Exception: Current loss scale already at minimum - cannot decrease scale anymore."
     assert diagnose([LogSource.from_lines("c.log", [floor])]).category is Category.LossSpike
 

@@ -85,6 +85,9 @@ LOSS_SPIKE = _synthetic("loss-spike", Category.LossSpike, 0.7)
 LOSS_SPIKE_PASSED = _synthetic("loss-spike-passed", Category.LossSpike, 0.35)
 # fp16 dynamic loss scaling halving again and again: gradients overflow at every step.
 LOSS_SCALE_COLLAPSE = _synthetic("loss-scale-collapse", Category.LossSpike, 0.6)
+# A shorter fall the log still ends in: like a spike the loss came back from, below the floor,
+# it outranks only a log merely ending in ordinary output (a stale heartbeat outranks it).
+LOSS_SCALE_FALLING = _synthetic("loss-scale-falling", Category.LossSpike, 0.35)
 TELEMETRY_FALLEN_OFF = _synthetic("telemetry-xid-79", Category.GPUFallenOff, 0.9)
 TELEMETRY_ECC = _synthetic("telemetry-ecc", Category.ECCError, 0.9)
 TELEMETRY_NVLINK = _synthetic("telemetry-nvlink", Category.NVLinkError, 0.85)
@@ -274,7 +277,8 @@ def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
             found.append((LOSS_SPIKE_PASSED, passed.describe(), passed.line))
         collapse = find_scale_collapse(scan.scale_points)
         if collapse is not None:
-            found.append((LOSS_SCALE_COLLAPSE, collapse.describe(), collapse.line))
+            falling = LOSS_SCALE_COLLAPSE if collapse.deep else LOSS_SCALE_FALLING
+            found.append((falling, collapse.describe(), collapse.line))
         for signature, text, line in found:
             hits.append(
                 _synthetic_hit(

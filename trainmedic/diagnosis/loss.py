@@ -41,6 +41,7 @@ _SCALE_RE = re.compile(
 COLLAPSE_HALVINGS = 4  # overflow after overflow: the scale fell at least 2^4-fold...
 COLLAPSE_FLOOR = 1e-3  # ...or to where fp16 gradients overflow even scaled down 1000-fold
 SCALE_SETTLE_POINTS = 3  # a collapse followed by this many steady readings has recovered
+FALLING_HALVINGS = 2  # a shallower fall the log ends in: a suspicion (ScaleCollapse.deep False)
 
 SPIKE_RATIO = 1.5  # a spike is at least 1.5x the running median...
 SPIKE_MIN_ABS = 0.3  # ...and at least 0.3 nats above it (tiny losses jitter by large ratios)
@@ -163,8 +164,16 @@ class ScaleCollapse:
     start: float
     end: float
     drops: int
+    # Deep enough to be a collapse; else a shorter fall the log still ends in (an unstable run,
+    # or a warm-up the log was cut in): a suspicion only.
+    deep: bool = True
 
     def describe(self) -> str:
+        if not self.deep:
+            return (
+                f"fp16 loss scale still falling where the log ends ({self.drops} falls, from "
+                f"{self.start:g} to {self.end:g}): steps skipped for overflowing gradients"
+            )
         return (
             f"fp16 loss scale fell {self.drops} times in a row, from {self.start:g} to "
             f"{self.end:g}: gradients overflow step after step (the loss is diverging)"
@@ -196,9 +205,10 @@ def extract_loss_scales(
 
 
 def find_scale_collapse(points: Sequence[LossPoint]) -> ScaleCollapse | None:
-    """The loss scale's last run of falls, if it ends the curve and is deep enough: at least
-    COLLAPSE_HALVINGS falls and a 2^COLLAPSE_HALVINGS-fold drop, or a fall to COLLAPSE_FLOOR.
-    A warm-up that settles (steady readings after it) or recovers (the scale grows) is not."""
+    """The loss scale's last run of falls, if it ends the curve: deep (at least
+    COLLAPSE_HALVINGS falls and a 2^COLLAPSE_HALVINGS-fold drop, or a fall to COLLAPSE_FLOOR),
+    else shallow (``deep`` False) when it holds at least FALLING_HALVINGS falls. A warm-up that
+    settles (steady readings after it) or recovers (the scale grows) is neither."""
     if len(points) < 2:
         return None
     end = len(points) - 1
@@ -214,7 +224,9 @@ def find_scale_collapse(points: Sequence[LossPoint]) -> ScaleCollapse | None:
             drops += 1
         start -= 1
     first, last = points[start].value, points[last_drop].value
-    deep = drops >= COLLAPSE_HALVINGS and first / last >= 2**COLLAPSE_HALVINGS
-    if not deep and last > COLLAPSE_FLOOR:
+    deep = (drops >= COLLAPSE_HALVINGS and first / last >= 2**COLLAPSE_HALVINGS) or (
+        last <= COLLAPSE_FLOOR
+    )
+    if not deep and drops < FALLING_HALVINGS:
         return None
-    return ScaleCollapse(line=points[last_drop].line, start=first, end=last, drops=drops)
+    return ScaleCollapse(line=points[last_drop].line, start=first, end=last, drops=drops, deep=deep)
