@@ -173,6 +173,15 @@ def test_a_lone_sigkill_is_a_suspected_host_oom_that_acts_on_nothing() -> None:
     assert diagnose([LogSource.from_lines("s.out", status)]).category is not Category.HostOOM
     cleanup = ["srun: error: node001: task 0: Exited with exit code 1", killed]
     assert diagnose([LogSource.from_lines("c.out", cleanup)]).category is not Category.HostOOM
+    # Ray lists the OOM killer among a vanished worker's possible causes: a guess, not a kill.
+    guess = (
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+        "connection error code 2. End of file. There are some potential root causes. (1) The "
+        "process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop "
+        "--force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other "
+        "unexpected errors."
+    )
+    assert diagnose([LogSource.from_lines("r.log", [guess])]).category is not Category.HostOOM
 
 
 # ----------------------------------------------------------------------------- classes
