@@ -277,8 +277,8 @@ def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
             found.append((LOSS_SPIKE_PASSED, passed.describe(), passed.line))
         collapse = find_scale_collapse(scan.scale_points)
         if collapse is not None:
-            falling = LOSS_SCALE_COLLAPSE if collapse.deep else LOSS_SCALE_FALLING
-            found.append((falling, collapse.describe(), collapse.line))
+            signature = LOSS_SCALE_COLLAPSE if collapse.deep else LOSS_SCALE_FALLING
+            found.append((signature, collapse.describe(), collapse.line))
         for signature, text, line in found:
             hits.append(
                 _synthetic_hit(
