@@ -12,10 +12,12 @@ import pytest
 
 from trainmedic.diagnosis import LogSource, load_catalogue
 from trainmedic.diagnosis import dispatch as dispatch_module
-from trainmedic.diagnosis.dispatch import Dispatch, line_text
+from trainmedic.diagnosis.catalogue import MASK, Prefilter
+from trainmedic.diagnosis.dispatch import DIGITS, Dispatch, line_text
 from trainmedic.diagnosis.regex_facts import (
     NON_ASCII_FOLDS,
     digit_blind,
+    digit_relaxed,
     required_factors,
     split_alternatives,
 )
@@ -126,6 +128,58 @@ def test_digit_blindness() -> None:
     assert not digit_blind(r"(?:-9|137)")
     assert not digit_blind(r"[^5]")
     assert not digit_blind(r"(\d)\1")  # a backreference tells digits apart
+
+
+def test_digit_relaxed_twins() -> None:
+    assert digit_relaxed(r"GPU \d+ lost") is None  # blind already: no twin needed
+    assert digit_relaxed(r"(\d)\1") is None  # a backreference: no sound twin
+    assert digit_relaxed(r"(?>1|1x)y") is None  # atomic: widening may change what it keeps
+    xid = digit_relaxed(r"Xid \S+: 79\b")
+    assert xid is not None and xid.search("Xid (PCI:0000:3b:00): 00, pid=0")
+    assert not xid.search("Xid (PCI:0000:3b:00): pid=0")
+    # A negative lookbehind that tells digits apart is dropped: the twin accepts more.
+    behind = digit_relaxed(r"(?<!1)x2")
+    assert behind is not None and behind.search("0x0")
+    negated = digit_relaxed(r"code [^5]\b")
+    assert negated is not None and negated.search("code 0")
+    assert digit_relaxed(r"(?i)EXIT code 137").search("exit CODE 000")
+
+
+def test_digit_relaxed_twins_match_wherever_their_regex_does() -> None:
+    """The dispatch caches "no" for a line form its twin misses: sound only if the twin
+    matches the masked line wherever the regex matches the real one."""
+    tables = Dispatch(CATALOGUE.signatures).tables
+    twins = [a for a in tables.alternatives if a.relaxed is not None]
+    assert len(twins) >= 10
+    lines = _lines()
+    raws = [line.encode("utf-8", "surrogateescape") for line in lines]
+    lines = [line_text(raw) for raw in raws]  # as the signatures see them
+    masked = [line_text(raw.translate(DIGITS)) for raw in raws]
+    for alternative in twins:
+        pattern, twin = alternative.regex.pattern, alternative.relaxed
+        for line, masked_line in zip(lines, masked, strict=True):
+            # Blind: the same answer on the real and the masked line ...
+            assert bool(twin.search(line)) == bool(twin.search(masked_line)), (pattern, line)
+            # ... and a match wherever the regex matches.
+            if alternative.regex.search(line):
+                assert twin.search(masked_line), (pattern, line)
+
+
+def test_prefilter_answers_as_one_regex_of_every_anchor_would() -> None:
+    whole = re.compile("|".join(f"(?:{a})" for a in CATALOGUE.anchors).encode())
+    for line in _lines():
+        template = line.encode("utf-8", "surrogateescape").translate(MASK)
+        assert CATALOGUE.prefilter.search(template) == bool(whole.search(template)), line
+
+
+def test_prefilter_mixes_text_and_regex_anchors() -> None:
+    prefilter = Prefilter(("fallen off", "\\beio\\b", "显存不足"))
+    assert prefilter.search(b"gpu has fallen off the bus")
+    assert prefilter.search(b"oserror: eio")
+    assert not prefilter.search(b"video")
+    assert prefilter.search("错误: 显存不足".encode())
+    assert not prefilter.search(b"step 0 loss 0.0")
+    assert Prefilter(("\\beio\\b",)).search(b"eio") and not Prefilter(("x",)).search(b"eio")
 
 
 def test_required_factors() -> None:

@@ -11,6 +11,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+import ahocorasick
+
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.xid import (
@@ -23,6 +25,7 @@ from trainmedic.diagnosis.xid import (
 __all__ = [
     "MASK",
     "Catalogue",
+    "Prefilter",
     "Role",
     "Signature",
     "build_catalogue",
@@ -83,11 +86,49 @@ def mask_template(line: bytes) -> bytes:
     return line.translate(MASK)
 
 
+_REGEX_SYNTAX = frozenset("\\.^$|?*+()[]{}")
+
+
+@dataclass(frozen=True)
+class Prefilter:
+    """Whether a masked template holds one of the ``[prefilter].anchors``.
+
+    ``re`` tries each branch of an alternation at each position, so one regex of two hundred
+    anchors costs tens of microseconds a line: on a noisy log, with thousands of distinct
+    templates, that was a third of the time. The anchors that are plain text (most of them)
+    are found by one Aho-Corasick pass instead; only the few real regexes run as ``re``.
+    """
+
+    anchors: tuple[str, ...]
+    _texts: ahocorasick.Automaton | None = field(init=False, repr=False, compare=False)
+    _regexes: re.Pattern[bytes] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        texts = sorted({a for a in self.anchors if not _REGEX_SYNTAX.intersection(a)})
+        regexes = [a for a in self.anchors if _REGEX_SYNTAX.intersection(a)]
+        automaton = None
+        if texts:
+            automaton = ahocorasick.Automaton()
+            for text in texts:
+                # Templates are bytes, searched as latin-1 text: an anchor as its UTF-8 bytes.
+                automaton.add_word(text.encode().decode("latin-1"), text)
+            automaton.make_automaton()
+        object.__setattr__(self, "_texts", automaton)
+        compiled = re.compile("|".join(f"(?:{a})" for a in regexes).encode()) if regexes else None
+        object.__setattr__(self, "_regexes", compiled)
+
+    def search(self, template: bytes) -> bool:
+        if self._texts is not None:
+            for _ in self._texts.iter(template.decode("latin-1")):
+                return True
+        return self._regexes is not None and self._regexes.search(template) is not None
+
+
 @dataclass(frozen=True)
 class Catalogue:
     signatures: tuple[Signature, ...]
     anchors: tuple[str, ...]
-    prefilter: re.Pattern[bytes]  # searched in masked templates, never in raw lines
+    prefilter: Prefilter  # searched in masked templates, never in raw lines
     # NVIDIA's Xid catalogue as this site reads it (overrides merged): logs and telemetry.
     xid: Mapping[int, XidEntry] = field(default_factory=dict, compare=False, hash=False)
 
@@ -102,7 +143,7 @@ class Catalogue:
         raise KeyError(signature_id)
 
     def passes_prefilter(self, line: str) -> bool:
-        return self.prefilter.search(mask_template(line.encode("utf-8", "replace"))) is not None
+        return self.prefilter.search(mask_template(line.encode("utf-8", "replace")))
 
 
 def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
@@ -182,7 +223,7 @@ def build_catalogue(
     if not anchors:
         raise ConfigError(f"{origin}: [prefilter].anchors is empty")
     try:
-        prefilter = re.compile("|".join(f"(?:{a})" for a in anchors).encode())
+        prefilter = Prefilter(anchors)
     except re.error as exc:
         raise ConfigError(f"{origin}: bad prefilter anchor: {exc}") from exc
     return Catalogue(signatures=signatures, anchors=anchors, prefilter=prefilter, xid=dict(xid))

@@ -8,7 +8,9 @@ top-level alternatives and each is read once (:mod:`trainmedic.diagnosis.regex_f
   Aho-Corasick pass finds every factor of every alternative at once, not one search each);
 * an alternative that is *digit-blind* matches a line exactly when it matches the line with
   its digits masked to ``0``, so its verdict is cached per digit-masked line (bounded); the
-  others (Xid codes, exit code 137, ``[Errno 28]``) are run on the real line each time.
+  others (Xid codes, exit code 137, ``[Errno 28]``) are run on the real line each time,
+  unless their digit-relaxed twin already misses the masked line (then no real line of that
+  form can match: cached too).
 
 Only *which* signatures match is cached: a hit (host, rank, GPU, excerpt) always comes from
 running the matched signature on the real line.
@@ -24,7 +26,12 @@ from functools import cache
 import ahocorasick
 
 from trainmedic.diagnosis.catalogue import MASK, Signature
-from trainmedic.diagnosis.regex_facts import NON_ASCII_FOLDS, analyse, split_alternatives
+from trainmedic.diagnosis.regex_facts import (
+    NON_ASCII_FOLDS,
+    analyse,
+    digit_relaxed,
+    split_alternatives,
+)
 
 __all__ = ["DIGITS", "Dispatch", "Verdict", "dispatch_template", "line_text"]
 
@@ -32,6 +39,11 @@ __all__ = ["DIGITS", "Dispatch", "Verdict", "dispatch_template", "line_text"]
 DIGITS = bytes(ord("0") if 0x30 <= b <= 0x39 else b for b in range(256))
 MAX_VERDICTS = 4096  # cached digit-masked lines per scan (oldest dropped first)
 MAX_KEY_BYTES = 2048  # longer lines are judged every time, never cached
+# A required set with a factor shorter than this, or without a letter (":", "in", "] ",
+# "000") is met by nearly every line: it filters nothing, yet each of its occurrences is one
+# more Aho-Corasick match to walk on every judged line. Such sets are not looked for; their
+# alternative still runs on the real line, so nothing is missed.
+MIN_FACTOR_BYTES = 3
 
 # In catalogue order, (signature, None) where it matches every line of this digit-masked
 # form, (signature, alternatives) where it may: those are run on the real line.
@@ -60,6 +72,8 @@ class _Alternative:
     signature: int  # index in the catalogue
     regex: re.Pattern[str]
     blind: bool
+    # Not blind: a blind regex that matches wherever ``regex`` does (None: none known).
+    relaxed: re.Pattern[str] | None
     required: tuple[frozenset[bytes], ...]  # every set must be met; the first is indexed
 
 
@@ -85,7 +99,9 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
             compiled = []
         for regex in compiled or [signature.regex]:
             facts = analyse(regex.pattern, regex.flags)
-            alternatives.append(_Alternative(index, regex, facts.digit_blind, facts.required))
+            required = tuple(r for r in facts.required if all(map(_selective, r)))
+            relaxed = None if facts.digit_blind else digit_relaxed(regex.pattern, regex.flags)
+            alternatives.append(_Alternative(index, regex, facts.digit_blind, relaxed, required))
     by_factor: dict[bytes, list[int]] = {}
     for number, alternative in enumerate(alternatives):
         for factor in alternative.required[0] if alternative.required else ():
@@ -96,6 +112,10 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
         by_factor={f: tuple(n) for f, n in by_factor.items()},
         finder=_automaton({f for a in alternatives for r in a.required for f in r}),
     )
+
+
+def _selective(factor: bytes) -> bool:
+    return len(factor) >= MIN_FACTOR_BYTES and any(0x61 <= b <= 0x7A or b >= 0x80 for b in factor)
 
 
 def _automaton(factors: Iterable[bytes]) -> ahocorasick.Automaton | None:
@@ -159,11 +179,12 @@ class Dispatch:
             alternative = self.tables.alternatives[number]
             if alternative.signature in sure:
                 continue
-            if not alternative.blind:
-                unsure.setdefault(alternative.signature, []).append(alternative.regex)
-                continue
             if text is None:
                 text = line_text(key)
+            if not alternative.blind:
+                if alternative.relaxed is None or alternative.relaxed.search(text):
+                    unsure.setdefault(alternative.signature, []).append(alternative.regex)
+                continue
             if alternative.regex.search(text):
                 sure.add(alternative.signature)
                 unsure.pop(alternative.signature, None)

@@ -8,6 +8,10 @@ Two facts about each signature's regex, used by :mod:`trainmedic.diagnosis.dispa
 * **digit-blind**: every element treats the ten ASCII digits alike and there is no
   backreference, so the regex matches a line exactly when it matches the line with its digits
   masked to ``0``.
+* **digit-relaxed twin** of a regex that is not blind: the same tree with every element that
+  tells digits apart widened to all digits (a negative lookaround that does is dropped). It is
+  blind and matches every line the regex matches, so where the twin misses the masked line
+  the regex misses the real one.
 
 Anything not understood gives no factor and "not blind": the safe answers.
 """
@@ -18,12 +22,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from re import _compiler as sre_compile  # type: ignore[attr-defined]
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 from trainmedic.diagnosis.catalogue import MASK
 
-__all__ = ["Analysis", "analyse", "digit_blind", "required_factors", "split_alternatives"]
+__all__ = [
+    "Analysis",
+    "analyse",
+    "digit_blind",
+    "digit_relaxed",
+    "required_factors",
+    "split_alternatives",
+]
 
 # Under re.IGNORECASE, i, s and k also match four non-ASCII letters (the re documentation):
 # the dispatch template of a non-ASCII line folds them, as MASK folds ASCII case.
@@ -202,6 +214,76 @@ def _blind(items: Sequence) -> bool:
         else:  # backreferences and anything else: digits may matter
             return False
     return True
+
+
+@cache
+def digit_relaxed(pattern: str, flags: int = 0) -> re.Pattern[str] | None:
+    """The blind twin of a regex (see the module's docstring); None where it cannot be built
+    (backreferences, atomic parts that tell digits apart) or the regex is blind already."""
+    try:
+        tree = sre_parse.parse(pattern, flags)
+        items = list(tree)
+        if _blind(items):
+            return None
+        relaxed = _relax(items)
+        if relaxed is None or not _blind(relaxed):
+            return None
+        return sre_compile.compile(sre_parse.SubPattern(tree.state, relaxed), tree.state.flags)
+    except (re.error, TypeError, ValueError, OverflowError, RecursionError, AttributeError):
+        return None
+
+
+_ANY_DIGIT = (sre.IN, [(sre.CATEGORY, sre.CATEGORY_DIGIT)])
+_ANY_CHAR = (sre.IN, [(sre.CATEGORY, sre.CATEGORY_DIGIT), (sre.CATEGORY, sre.CATEGORY_NOT_DIGIT)])
+
+
+def _relax(items: Sequence) -> list | None:
+    """``items`` with each element that tells digits apart widened (a superset), or None."""
+    relaxed: list = []
+    for item in items:
+        if _blind([item]):
+            relaxed.append(item)
+            continue
+        op, arg = item
+        if op is sre.LITERAL:  # a digit
+            relaxed.append(_ANY_DIGIT)
+        elif op is sre.NOT_LITERAL:  # anything but one digit
+            relaxed.append(_ANY_CHAR)
+        elif op is sre.IN:
+            if _class_digits(arg) is None:
+                return None
+            negated = any(o is sre.NEGATE for o, _ in arg)
+            relaxed.append(_ANY_CHAR if negated else (sre.IN, [*arg, _ANY_DIGIT[1][0]]))
+        elif op is sre.BRANCH:
+            branches = [_relax(branch) for branch in arg[1]]
+            if any(b is None for b in branches):
+                return None
+            pairs = zip(arg[1], branches, strict=True)
+            relaxed.append((op, (arg[0], [_sub(branch, b) for branch, b in pairs])))
+        elif op is sre.SUBPATTERN:
+            inner = _relax(arg[3])
+            if inner is None:
+                return None
+            relaxed.append((op, (*arg[:3], _sub(arg[3], inner))))
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            inner = _relax(arg[2])
+            if inner is None:
+                return None
+            relaxed.append((op, (arg[0], arg[1], _sub(arg[2], inner))))
+        elif op is sre.ASSERT:
+            inner = _relax(arg[1])
+            if inner is None:
+                return None
+            relaxed.append((op, (arg[0], _sub(arg[1], inner))))
+        elif op is sre.ASSERT_NOT:
+            continue  # widening would make it refuse more: without it, the twin accepts more
+        else:  # backreferences, atomic and possessive parts: widening is not a superset
+            return None
+    return relaxed
+
+
+def _sub(original, items: list):
+    return sre_parse.SubPattern(original.state, items)
 
 
 # ----------------------------------------------------------------------------- alternatives
