@@ -70,7 +70,12 @@ def test_survivors_and_onlookers_name_no_origin_by_where_they_wrote() -> None:
         "before timing out."
     )
     waited = diagnosed([*NCCL_INIT, timeout])
-    assert waited.symptom_only and waited.root_cause_host == "rank 3"
+    # The one rank it was seen on ran on the one machine the logs came from.
+    assert waited.symptom_only and waited.root_cause_host == "gpu-server7"
+    assert plan_remediation(waited, job_info(nodes=("gpu-server7",))).drain == ()
+    # Two machines wrote: the rank alone is named.
+    two_writers = [line.replace("gpu-server7", "gpu-server8") for line in NCCL_INIT]
+    assert diagnosed([*NCCL_INIT, *two_writers, timeout]).root_cause_host == "rank 3"
     unranked = timeout.replace("[Rank 3] ", "")
     one_node = diagnosed([*NCCL_INIT, unranked])
     assert one_node.category is Category.NCCLTimeout and one_node.symptom_only

@@ -28,8 +28,9 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     """Where the winning evidence places the cause; else, unless it is a witness's line, the
     one host the logs were written on."""
     placed = _placed(winner, hits)
-    if placed is not None and placed.startswith(("rank ", "GPU ")) and not winner.is_symptom:
-        # The cause names ranks or a GPU but no machine: it ran on the one machine known.
+    if placed is not None and placed.startswith(("rank ", "GPU ")):
+        # The evidence names ranks or a GPU but no machine (a cause's rank, the one rank a
+        # timeout was seen on): it ran on the one machine known.
         host = _one_known_host(placed, winner, scans, hits)
         if host is not None:
             return host if placed.startswith("rank ") else f"{host} {placed}"
