@@ -319,12 +319,21 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
     ]
     assert diagnose([LogSource.from_lines("b.log", settled)]).category is not Category.LossSpike
     # A shorter fall the log still ends in: a suspicion, below the floor (nothing rolled back).
-    falling = diagnose([LogSource.from_lines("s.log", overflow[:3])])
+    # Each of these lines is a fall of its own ("Attempted 2^20, reducing to 2^19"): two are two.
+    falling = diagnose([LogSource.from_lines("s.log", overflow[:2])])
     assert falling.category is Category.LossSpike
     assert falling.evidence[0].signature == "loss-scale-falling"
     assert falling.confidence < DEFAULT_CONFIDENCE_FLOOR
-    once = diagnose([LogSource.from_lines("o.log", overflow[:2])])
+    once = diagnose([LogSource.from_lines("o.log", overflow[:1])])
     assert once.category is not Category.LossSpike
+    # Paddle's two lines from 0.25 down to 0.0625: two falls, the first stated in its own line.
+    short = [
+        "[ WARNING] - optimizer not run, scale_before: 0.25, scale_after: 0.125",
+        "[    INFO] - loss: 2.09252715, learning_rate: 0.0, global_step: 18",
+        "[ WARNING] - optimizer not run, scale_before: 0.125, scale_after: 0.0625",
+        "[    INFO] - loss: 2.04623556, learning_rate: 0.0, global_step: 19",
+    ]
+    assert diagnose([LogSource.from_lines("q.log", short)]).category is Category.LossSpike
     floor = "Exception: Current loss scale already at minimum - cannot decrease scale anymore."
     assert diagnose([LogSource.from_lines("c.log", [floor])]).category is Category.LossSpike
 

@@ -35,7 +35,7 @@ _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"
 # PaddleNLP "optimizer not run, scale_before: 0.25, scale_after: 0.125".
 # The last value of a line is the scale in force after it ("loss scaler 0" is apex's index).
 _SCALE_RE = re.compile(
-    rb"(?:loss[ _-]?scale(?!r)|reducing to|scale_after)['\"]?\s*(?:to)?\s*[:=]?\s*['\"]?"
+    rb"(?:loss[ _-]?scale(?!r)|reducing to|scale_(?:before|after))['\"]?\s*(?:to)?\s*[:=]?\s*['\"]?"
     rb"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 )
 COLLAPSE_HALVINGS = 4  # overflow after overflow: the scale fell at least 2^4-fold...
@@ -183,25 +183,36 @@ class ScaleCollapse:
 def extract_loss_scales(
     data: bytes, first_line: int, limit: int | None = None
 ) -> Iterator[LossPoint]:
-    """The dynamic loss scale after each line of ``data`` that prints one."""
+    """The dynamic loss scale after each line of ``data`` that prints one. A line that states
+    the fall itself ("Attempted loss scale: 8192, reducing to 4096", "scale_before: 0.25,
+    scale_after: 0.125") also gives the scale before it, where no reading before says so
+    already: the first such line of a log is a fall of its own."""
     line = first_line
-    position = 0
     found = 0
+    last: float | None = None
     for raw in data.split(b"\n"):
         matches = list(_SCALE_RE.finditer(raw)) if b"scale" in raw or b"reducing" in raw else []
-        if matches:
-            try:
-                value = float(matches[-1].group(1))
-            except ValueError:
-                value = -1.0
+        values = [_scale(m.group(1)) for m in matches[:1] + matches[-1:]] if matches else []
+        if len(matches) > 1 and 0 < values[-1] < values[0] and (last is None or values[0] < last):
+            readings = values
+        else:
+            readings = values[-1:]
+        for value in readings:
             # A scale printed as 0 is a rounded tiny one (fairseq "loss_scale 0"): no reading.
             if value > 0:
                 yield LossPoint(value, line)
+                last = value
                 found += 1
                 if limit is not None and found >= limit:
                     return
         line += 1
-        position += len(raw) + 1
+
+
+def _scale(text: bytes) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return -1.0
 
 
 def find_scale_collapse(points: Sequence[LossPoint]) -> ScaleCollapse | None:
