@@ -203,6 +203,17 @@ def test_a_curve_printed_as_loss_then_a_space_and_one_point_per_line() -> None:
     assert [p.value for p in extract_losses(parts * 3, 1)] == [0.248765] * 3
     # "loss 2 times" is prose, not a value.
     assert list(extract_losses(b"the loss 2 times higher\n", 1)) == []
+    # "Loss" capitalised as a word of its own is the curve; "IDLoss=" is another series.
+    capital = b"Epoch: [0][26500/44451] | Time (0.998)(0.655) | Loss 124.5792(1.6960) | MAE 0.6\n"
+    assert [p.value for p in extract_losses(capital, 1)] == [124.5792]
+    assert (
+        list(extract_losses(b"Epoch[1] Batch[4] Speed: 146.38 samples/sec,  IDLoss=60.2\n", 1))
+        == []
+    )
+    climbing = [
+        f"Epoch: [0][{i}/900] | Loss {0.3 if i < 40 else 124.6:.4f}(0.5)" for i in range(50)
+    ]
+    assert diagnose([LogSource.from_lines("c.log", climbing)]).category is Category.LossSpike
 
 
 def test_a_loss_spike_said_in_words_and_a_nan_said_so_stays_nan() -> None:

@@ -21,11 +21,14 @@ __all__ = [
 ]
 
 # Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2", and
-# lit-gpt / XLNet "loss 1.7019" (a space then a decimal: "loss 2 times" is no value).
+# lit-gpt / XLNet "loss 1.7019" (a space then a decimal: "loss 2 times" is no value); "Loss"
+# capitalised as a word of its own, as many training loops print it ("| Loss 0.3169(0.3169) |";
+# not "IDLoss=", another series).
 # "loss scale:", "lm loss value:" (validation) and "lm loss PPL:" do not match: the value
 # must follow ":" or "=" directly.
 _LOSS_RE = re.compile(
-    rb"loss(?:['\"]?\s*[:=]\s*['\"]?| (?=-?\d+\.\d))(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+    rb"(?:loss|(?<![A-Za-z])Loss)(?:['\"]?\s*[:=]\s*['\"]?| (?=-?\d+\.\d))"
+    rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 )
 _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"eval ", b"val ")
 

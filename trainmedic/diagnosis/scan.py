@@ -173,7 +173,7 @@ class _Scanner:
         return first_line + len(masked_lines) - 1
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:
-        if b"loss" not in body:
+        if b"oss" not in body:  # "loss" or "Loss"
             points: list[LossPoint] = []
             scales: list[LossPoint] = []
         else:
@@ -190,7 +190,7 @@ class _Scanner:
         recent = list(self.recent)
         for position, (first_line, body, _sampled) in enumerate(recent):
             block_index = len(self.loss_blocks) - len(recent) + position
-            if b"loss" in body:
+            if b"oss" in body:
                 self.loss_blocks[block_index] = list(extract_losses(body, first_line))
                 self.scale_blocks[block_index] = list(extract_loss_scales(body, first_line))
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
