@@ -9,7 +9,9 @@ from support.builders import nccl_watchdog_timeout as timeout
 
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.remediation import DEFAULT_CONFIDENCE_FLOOR, plan_remediation
-from trainmedic.diagnosis import LogSource, diagnose, suspect_hosts
+from trainmedic.diagnosis import LogSource, diagnose, load_catalogue, suspect_hosts
+from trainmedic.diagnosis.loss import find_scale_collapse
+from trainmedic.diagnosis.scan import scan_source
 from trainmedic.reports.triage import triage_report
 
 # ----------------------------------------------------------------------------- fallout
@@ -334,6 +336,25 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
         "[    INFO] - loss: 2.04623556, learning_rate: 0.0, global_step: 19",
     ]
     assert diagnose([LogSource.from_lines("q.log", short)]).category is Category.LossSpike
+
+
+def test_a_loss_scale_fall_read_across_block_boundaries_is_counted_once() -> None:
+    """A log is read in blocks: a block that starts with another rank's copy of the last fall
+    must not restate the scale before it (a fake rise would cut the collapse short)."""
+
+    def fall(scale: int, rank: int) -> str:
+        return (
+            f"[Rank {rank}] [deepspeed] OVERFLOW! Skipping step. Attempted loss scale: {scale}, "
+            f"reducing to {scale // 2}\n"
+        )
+
+    text = "".join(fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
+    cut = text.rfind("[Rank 2]")
+    blocks = [text[:cut].encode(), (text[cut:] + fall(4096, 0)).encode()]
+    source = LogSource(name="rank0.log", open_blocks=lambda: iter(blocks))
+    collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
+    assert collapse is not None and collapse.deep
+    assert (collapse.start, collapse.end, collapse.drops) == (65536, 2048, 5)
     floor = "Exception: Current loss scale already at minimum - cannot decrease scale anymore."
     assert diagnose([LogSource.from_lines("c.log", [floor])]).category is Category.LossSpike
 

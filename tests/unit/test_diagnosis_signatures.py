@@ -107,6 +107,10 @@ def test_bad_catalogue_is_a_config_error() -> None:
         parse_catalogue(
             '[prefilter]\nanchors=["x"]\n[[signature]]\nid="a"\ncategory="Nope"\nregex="x"\n'
         )
+    with pytest.raises(ConfigError, match="empty anchor"):
+        parse_catalogue(
+            '[prefilter]\nanchors=["x",""]\n[[signature]]\nid="a"\ncategory="ECCError"\nregex="x"\n'
+        )
 
 
 def test_regexes_compile_without_catastrophic_backtracking() -> None:

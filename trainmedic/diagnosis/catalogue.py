@@ -222,6 +222,8 @@ def build_catalogue(
     anchors = tuple(str(a) for a in data.get("prefilter", {}).get("anchors", []))  # type: ignore[attr-defined]
     if not anchors:
         raise ConfigError(f"{origin}: [prefilter].anchors is empty")
+    if "" in anchors:  # it would let every line through
+        raise ConfigError(f"{origin}: [prefilter].anchors holds an empty anchor")
     try:
         prefilter = Prefilter(anchors)
     except re.error as exc:

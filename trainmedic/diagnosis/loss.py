@@ -184,15 +184,16 @@ class ScaleCollapse:
 
 
 def extract_loss_scales(
-    data: bytes, first_line: int, limit: int | None = None
+    data: bytes, first_line: int, limit: int | None = None, previous: float | None = None
 ) -> Iterator[LossPoint]:
     """The dynamic loss scale after each line of ``data`` that prints one. A line that states
     the fall itself ("Attempted loss scale: 8192, reducing to 4096", "scale_before: 0.25,
     scale_after: 0.125") also gives the scale before it, where no reading before says so
-    already: the first such line of a log is a fall of its own."""
+    already: the first such line of a log is a fall of its own. ``previous``: the last reading
+    before ``data`` (a log is read in blocks)."""
     line = first_line
     found = 0
-    last: float | None = None
+    last = previous
     for raw in data.split(b"\n"):
         matches = list(_SCALE_RE.finditer(raw)) if b"scale" in raw or b"reducing" in raw else []
         values = [_scale(m.group(1)) for m in matches[:1] + matches[-1:]] if matches else []

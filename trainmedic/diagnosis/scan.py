@@ -180,10 +180,20 @@ class _Scanner:
             window = body[:LOSS_SAMPLE_BYTES]
             window = window[: window.rfind(b"\n") + 1]
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
-            scales = list(extract_loss_scales(window, first_line, limit=LOSS_SAMPLE_POINTS))
+            scales = list(
+                extract_loss_scales(
+                    window, first_line, limit=LOSS_SAMPLE_POINTS, previous=self._scale_before()
+                )
+            )
         self.loss_blocks.append(points)
         self.scale_blocks.append(scales)
         self.recent.append((first_line, body, points))
+
+    def _scale_before(self, block_index: int | None = None) -> float | None:
+        """The last loss-scale reading before a block (the next one by default): a block's
+        first line that states a fall is a fall of its own only where none came before."""
+        blocks = self.scale_blocks if block_index is None else self.scale_blocks[:block_index]
+        return next((block[-1].value for block in reversed(blocks) if block), None)
 
     def _finish_loss(self) -> None:
         # The last blocks were only sampled: read all their values now.
@@ -192,7 +202,9 @@ class _Scanner:
             block_index = len(self.loss_blocks) - len(recent) + position
             if b"oss" in body:
                 self.loss_blocks[block_index] = list(extract_losses(body, first_line))
-                self.scale_blocks[block_index] = list(extract_loss_scales(body, first_line))
+                self.scale_blocks[block_index] = list(
+                    extract_loss_scales(body, first_line, previous=self._scale_before(block_index))
+                )
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
         self.result.scale_points = [p for block in self.scale_blocks for p in block]
         self.loss_blocks = []
