@@ -23,13 +23,15 @@ __all__ = [
 # Megatron "lm loss: 6.4E+00", HF "{'loss': 3.55", tqdm "loss=2.31", "train_loss: 1.2", and
 # lit-gpt / XLNet "loss 1.7019" (a space then a decimal: "loss 2 times" is no value); "Loss"
 # capitalised as a word of its own, as many training loops print it ("| Loss 0.3169(0.3169) |";
-# not "IDLoss=", another series).
+# not "IDLoss=", another series: skipped after the match, so the regex keeps a one-character
+# first set that re scans for fast).
 # "loss scale:", "lm loss value:" (validation) and "lm loss PPL:" do not match: the value
 # must follow ":" or "=" directly.
 _LOSS_RE = re.compile(
-    rb"(?:loss|(?<![A-Za-z])Loss)(?:['\"]?\s*[:=]\s*['\"]?| (?=-?\d+\.\d))"
+    rb"[Ll]oss(?:['\"]?\s*[:=]\s*['\"]?| (?=-?\d+\.\d))"
     rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 )
+_CAPITAL_L = ord("L")
 _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"eval ", b"val ")
 
 # The dynamic loss scale as frameworks print it: DeepSpeed "Attempted loss scale: 64, reducing
@@ -93,6 +95,9 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
         prefix = data[max(0, start - 11) : start].lower()
         if prefix.endswith(_HELD_OUT_PREFIXES):
             continue
+        if data[start] == _CAPITAL_L and start and data[start - 1 : start].isalpha():
+            continue  # "IDLoss=": another series, not the training loss
+
         line += data.count(b"\n", position, start)
         position = start
         if line == last_line:
