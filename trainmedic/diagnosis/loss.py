@@ -97,7 +97,6 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
             continue
         if data[start] == _CAPITAL_L and start and data[start - 1 : start].isalpha():
             continue  # "IDLoss=": another series, not the training loss
-
         line += data.count(b"\n", position, start)
         position = start
         if line == last_line:
