@@ -21,6 +21,13 @@ from trainmedic.diagnosis.attribution import attribute, shell_prompts, writer
         ("(RayWorker pid=9, ip=10.0.0.3) [rank3]: CUDA error", "10.0.0.3", 3, None),
         ('{"hostname": "trn-4", "msg": "device lost"}', "trn-4", None, None),
         ("[rank5]: torch.OutOfMemoryError on cuda:5", None, 5, "5"),
+        # A fleet health check's per-node line
+        (
+            "mynode-510 | ERROR: nhc: Health check failed: check_gpu_ecc: GPU id 3",
+            "mynode-510",
+            None,
+            None,
+        ),
     ],
 )
 def test_attribute_reads_host_rank_and_gpu_from_the_line(

@@ -21,11 +21,12 @@ _NCCL_PREFIX = re.compile(
 _JSON_HOST = re.compile(
     r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
 )
-# pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), mpirun/accelerate's
-# tagged output ("[gpu12:5]:"), Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)"). An
-# error code in that place (Ascend's "EI0002: ", "E1001: ") is no host.
+# pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
+# per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
+# Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)"). An error code in that place
+# (Ascend's "EI0002: ", "E1001: ") is no host.
 _LABEL_PREFIX = re.compile(
-    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3}): "
+    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
