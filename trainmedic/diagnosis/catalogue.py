@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
@@ -29,6 +29,7 @@ __all__ = [
     "Role",
     "Signature",
     "build_catalogue",
+    "byte_automaton",
     "load_catalogue",
     "mask_template",
     "python_regex_to_ere",
@@ -89,6 +90,19 @@ def mask_template(line: bytes) -> bytes:
 _REGEX_SYNTAX = frozenset("\\.^$|?*+()[]{}")
 
 
+def byte_automaton(words: Iterable[bytes]) -> ahocorasick.Automaton | None:
+    """One Aho-Corasick automaton over byte strings (None for none), searched in a template's
+    bytes decoded as latin-1; each match's value is the word's bytes."""
+    ordered = sorted(set(words))
+    if not ordered:
+        return None
+    automaton = ahocorasick.Automaton()
+    for word in ordered:
+        automaton.add_word(word.decode("latin-1"), word)
+    automaton.make_automaton()
+    return automaton
+
+
 @dataclass(frozen=True)
 class Prefilter:
     """Whether a masked template holds one of the ``[prefilter].anchors``.
@@ -104,16 +118,9 @@ class Prefilter:
     _regexes: re.Pattern[bytes] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        texts = sorted({a for a in self.anchors if not _REGEX_SYNTAX.intersection(a)})
+        texts = [a.encode() for a in self.anchors if not _REGEX_SYNTAX.intersection(a)]
         regexes = [a for a in self.anchors if _REGEX_SYNTAX.intersection(a)]
-        automaton = None
-        if texts:
-            automaton = ahocorasick.Automaton()
-            for text in texts:
-                # Templates are bytes, searched as latin-1 text: an anchor as its UTF-8 bytes.
-                automaton.add_word(text.encode().decode("latin-1"), text)
-            automaton.make_automaton()
-        object.__setattr__(self, "_texts", automaton)
+        object.__setattr__(self, "_texts", byte_automaton(texts))
         compiled = re.compile("|".join(f"(?:{a})" for a in regexes).encode()) if regexes else None
         object.__setattr__(self, "_regexes", compiled)
 

@@ -19,13 +19,13 @@ running the matched signature on the real line.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import ahocorasick
 
-from trainmedic.diagnosis.catalogue import MASK, Signature
+from trainmedic.diagnosis.catalogue import MASK, Signature, byte_automaton
 from trainmedic.diagnosis.regex_facts import (
     NON_ASCII_FOLDS,
     analyse,
@@ -110,23 +110,12 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
         alternatives=tuple(alternatives),
         always=tuple(n for n, a in enumerate(alternatives) if not a.required),
         by_factor={f: tuple(n) for f, n in by_factor.items()},
-        finder=_automaton({f for a in alternatives for r in a.required for f in r}),
+        finder=byte_automaton(f for a in alternatives for r in a.required for f in r),
     )
 
 
 def _selective(factor: bytes) -> bool:
     return len(factor) >= MIN_FACTOR_BYTES and any(0x61 <= b <= 0x7A or b >= 0x80 for b in factor)
-
-
-def _automaton(factors: Iterable[bytes]) -> ahocorasick.Automaton | None:
-    words = sorted(factors)
-    if not words:
-        return None
-    automaton = ahocorasick.Automaton()
-    for factor in words:
-        automaton.add_word(factor.decode("latin-1"), factor)
-    automaton.make_automaton()
-    return automaton
 
 
 class Dispatch:
