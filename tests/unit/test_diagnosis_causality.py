@@ -359,6 +359,25 @@ def test_a_loss_scale_fall_read_across_block_boundaries_is_counted_once() -> Non
     assert diagnose([LogSource.from_lines("c.log", [floor])]).category is Category.LossSpike
 
 
+def test_the_last_loss_scale_reading_carries_over_blocks_that_print_none() -> None:
+    """Blocks of loss lines with no scale reading between two falls (sampled and fully read
+    ones alike) must not make the next block's restated fall look like a fall of its own."""
+
+    def fall(scale: int, rank: int) -> bytes:
+        return (
+            f"[Rank {rank}] [deepspeed] OVERFLOW! Skipping step. Attempted loss scale: {scale}, "
+            f"reducing to {scale // 2}\n"
+        ).encode()
+
+    falls = b"".join(fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
+    quiet = b"".join(b"step %d | lm loss: 2.1E+00\n" % i for i in range(200))
+    blocks = [falls, quiet, quiet, quiet, quiet, fall(8192, 1) + fall(4096, 0)]
+    source = LogSource(name="rank0.log", open_blocks=lambda: iter(blocks))
+    collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
+    assert collapse is not None and collapse.deep
+    assert (collapse.start, collapse.end, collapse.drops) == (65536, 2048, 5)
+
+
 def test_nan_as_frameworks_print_it() -> None:
     for line in (
         "2023-03-22 09:32:52 iter 3010: loss nan, time 1019.95ms, mfu 14.12%",

@@ -110,11 +110,14 @@ class _Scanner:
         self.prefilter = catalogue.prefilter.search
         self.dispatch = Dispatch(catalogue.signatures)
         self.attribution: tuple[int, Attribution] | None = None  # of the latest line asked
-        # (first line number, body, loss points from a sample only) of the latest blocks,
+        # (first line number, body, the loss-scale reading before it) of the latest blocks,
         # re-read in full at the end so the end of the curve (where a spike is) is exact.
-        self.recent: deque[tuple[int, bytes, list[LossPoint]]] = deque(maxlen=FULL_LOSS_BLOCKS)
+        self.recent: deque[tuple[int, bytes, float | None]] = deque(maxlen=FULL_LOSS_BLOCKS)
         self.loss_blocks: list[list[LossPoint]] = []
         self.scale_blocks: list[list[LossPoint]] = []
+        # The last loss-scale reading so far: a block's first line that states a fall is a
+        # fall of its own only where none came before.
+        self.last_scale: float | None = None
         self.prompt_host: str | None = None  # the latest shell prompt's host, if any
         self.head: list[bytes] | None = None
 
@@ -173,6 +176,7 @@ class _Scanner:
         return first_line + len(masked_lines) - 1
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:
+        before = self.last_scale
         if b"oss" not in body:  # "loss" or "Loss"
             points: list[LossPoint] = []
             scales: list[LossPoint] = []
@@ -181,30 +185,27 @@ class _Scanner:
             window = window[: window.rfind(b"\n") + 1]
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
             scales = list(
-                extract_loss_scales(
-                    window, first_line, limit=LOSS_SAMPLE_POINTS, previous=self._scale_before()
-                )
+                extract_loss_scales(window, first_line, limit=LOSS_SAMPLE_POINTS, previous=before)
             )
+            if scales:
+                self.last_scale = scales[-1].value
         self.loss_blocks.append(points)
         self.scale_blocks.append(scales)
-        self.recent.append((first_line, body, points))
-
-    def _scale_before(self, block_index: int | None = None) -> float | None:
-        """The last loss-scale reading before a block (the next one by default): a block's
-        first line that states a fall is a fall of its own only where none came before."""
-        blocks = self.scale_blocks if block_index is None else self.scale_blocks[:block_index]
-        return next((block[-1].value for block in reversed(blocks) if block), None)
+        self.recent.append((first_line, body, before))
 
     def _finish_loss(self) -> None:
-        # The last blocks were only sampled: read all their values now.
+        # The last blocks were only sampled: read all their values now, each block's scale
+        # readings following on from the full reading of the block before it.
         recent = list(self.recent)
-        for position, (first_line, body, _sampled) in enumerate(recent):
+        before = recent[0][2] if recent else None
+        for position, (first_line, body, _sampled_before) in enumerate(recent):
             block_index = len(self.loss_blocks) - len(recent) + position
             if b"oss" in body:
                 self.loss_blocks[block_index] = list(extract_losses(body, first_line))
-                self.scale_blocks[block_index] = list(
-                    extract_loss_scales(body, first_line, previous=self._scale_before(block_index))
-                )
+                scales = list(extract_loss_scales(body, first_line, previous=before))
+                self.scale_blocks[block_index] = scales
+                if scales:
+                    before = scales[-1].value
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
         self.result.scale_points = [p for block in self.scale_blocks for p in block]
         self.loss_blocks = []
