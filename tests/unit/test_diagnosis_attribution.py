@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainmedic.diagnosis.attribution import attribute, shell_prompts, writer
+from trainmedic.diagnosis import LogSource, diagnose
+from trainmedic.diagnosis.attribution import attribute, ray_task_headers, shell_prompts, writer
 
 
 @pytest.mark.parametrize(
@@ -19,6 +20,8 @@ from trainmedic.diagnosis.attribution import attribute, shell_prompts, writer
         ),
         ("[gpu12:5]: RuntimeError: NCCL error", "gpu12", None, None),
         ("(RayWorker pid=9, ip=10.0.0.3) [rank3]: CUDA error", "10.0.0.3", 3, None),
+        # Ray's prefix with its pid left empty, quoted as a comment in a report
+        ("# (pid=, ip=10.128.0.91) E1123 04:35:32 RESOURCE_EXHAUSTED", "10.128.0.91", None, None),
         ('{"hostname": "trn-4", "msg": "device lost"}', "trn-4", None, None),
         ("[rank5]: torch.OutOfMemoryError on cuda:5", None, 5, "5"),
         # A fleet health check's per-node line
@@ -75,3 +78,20 @@ def test_shell_prompts_name_the_host_and_skip_containers() -> None:
         b"[bob@login1 ~]$ ssh gpu-2-5 nvidia-smi\n"
     )
     assert shell_prompts(body) == [(0, "gpu-03"), (3, "gpu-2-5")]
+
+
+def test_a_ray_task_header_places_the_traceback_under_it() -> None:
+    """The error a Ray task raised happened on the node its header names, whatever the
+    file's own host; the header does not make that node a writer of the whole log."""
+    body = (
+        b"ray::WorkerDict.actor_rollout_generate_sequences() (pid=838798, ip=10.138.0.27, "
+        b"actor_id=f5aa8b4a)\n"
+        b'  File "/verl/workers/fsdp_workers.py", line 446, in generate_sequences\n'
+        b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    assert ray_task_headers(body) == [(0, "10.138.0.27")]
+    source = LogSource.from_text("driver.log", body.decode())
+    diagnosis = diagnose([source])
+    assert diagnosis.category.value == "CUDAError"
+    assert diagnosis.root_cause_host == "10.138.0.27"
+    assert ray_task_headers(b"ray::main_task() failed\n") == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-__all__ = ["Attribution", "attribute", "shell_prompts", "writer"]
+__all__ = ["Attribution", "attribute", "ray_task_headers", "shell_prompts", "writer"]
 
 # Where a line says who wrote it. Tried in order, first match wins per field.
 # NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
@@ -23,12 +23,13 @@ _JSON_HOST = re.compile(
 )
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
-# Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)"). An error code in that place
+# Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)", "(pid=, ip=10.0.0.3)", after a "# "
+# where a report quotes it as a comment). An error code in that place
 # (Ascend's "EI0002: ", "E1001: ") is no host.
 _LABEL_PREFIX = re.compile(
     r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
-    r"|^\([\w.-]+ pid=\d+, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+    r"|^(?:#\s*)?\((?:[\w.-]+ )?pid=\d*, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
     # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
@@ -54,6 +55,11 @@ _SHELL_PROMPT = re.compile(
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
     re.MULTILINE,
+)
+# A Ray task's error header ("ray::WorkerDict.generate_sequences() (pid=838798, ip=10.138.0.27,
+# actor_id=...)"): the traceback after it was raised in that task, on that node.
+_RAY_TASK_HEADER = re.compile(
+    rb"ray::[\w.<>]+\(\) \(pid=\d+, ip=(?P<host>\d{1,3}(?:\.\d{1,3}){3})[,)]"
 )
 # `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...";
 # nccl-tests' header names each rank's: "#  Rank  0 Group  0 Pid  21284 on gpu-3 device  0".
@@ -136,6 +142,14 @@ def shell_prompts(body: bytes) -> list[tuple[int, str]]:
         if not _NOT_A_NODE.match(host):
             found.append((body.count(b"\n", 0, match.start()), host))
     return found
+
+
+def ray_task_headers(body: bytes) -> list[tuple[int, str]]:
+    """(line offset in ``body``, node) of every Ray task error header."""
+    return [
+        (body.count(b"\n", 0, match.start()), match.group("host").decode("ascii"))
+        for match in _RAY_TASK_HEADER.finditer(body)
+    ]
 
 
 def _timestamp(text: str) -> float | None:

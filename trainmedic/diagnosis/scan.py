@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from trainmedic.diagnosis.attribution import Attribution, attribute, shell_prompts, writer
+from trainmedic.diagnosis.attribution import (
+    Attribution,
+    attribute,
+    ray_task_headers,
+    shell_prompts,
+    writer,
+)
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
 from trainmedic.diagnosis.dispatch import Dispatch, line_text
 from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
@@ -66,7 +72,8 @@ class _Bucket:
     last: deque[Hit] = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
     count: int = 0
     # While scanning: the latest matching lines past the first few, as (raw line, number,
-    # shell prompt's host); only those still here at the end become hits.
+    # host of the shell prompt or Ray task header above it); only those still here at the end
+    # become hits.
     pending: deque[tuple[bytes, int, str | None]] = field(
         default_factory=lambda: deque(maxlen=KEEP_LAST)
     )
@@ -118,7 +125,8 @@ class _Scanner:
         # The last loss-scale reading so far: a block's first line that states a fall is a
         # fall of its own only where none came before.
         self.last_scale: float | None = None
-        self.prompt_host: str | None = None  # the latest shell prompt's host, if any
+        # The host the latest shell prompt or Ray task header names, if any.
+        self.prompt_host: str | None = None
         self.head: list[bytes] | None = None
 
     def run(self) -> None:
@@ -156,9 +164,11 @@ class _Scanner:
         masked_lines = body.translate(MASK).split(b"\n")
         templates = set(masked_lines)
         flagged = {t for t in templates if self.prefilter(t)}
-        # (line offset, host) of each shell prompt in the body, in order; rare, so looked
-        # for only where an "@" is.
-        prompts = shell_prompts(body) if b"@" in body else []
+        # (line offset, host) of each line that says where the lines after it were printed,
+        # in order: a shell prompt, a Ray task's error header. Rare, so looked for only where
+        # an "@" or a "ray::" is.
+        shells = shell_prompts(body) if b"@" in body else []
+        prompts = sorted(shells + ray_task_headers(body)) if b"ray::" in body else shells
         if flagged:
             raw_lines = body.split(b"\n")
             upcoming = iter(prompts)
@@ -171,7 +181,8 @@ class _Scanner:
                     self._match_line(raw_lines[offset], first_line + offset)
         if prompts:
             self.prompt_host = prompts[-1][1]
-            self.result.writers.update(host for _, host in prompts)
+            # A shell's host printed what follows; a Ray header's node only raised one error.
+            self.result.writers.update(host for _, host in shells)
         self._collect_loss(body, first_line)
         return first_line + len(masked_lines) - 1
 
