@@ -264,6 +264,15 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     assert diagnose([LogSource.from_lines("pp.log", verbose)]).category is Category.Hang
     stopped = [*glog, "2020-06-16 21:26:07,014 INFO commands.py:136 -- kill_node: Shutdown worker"]
     assert diagnose([LogSource.from_lines("ray.log", stopped)]).category is not Category.Hang
+    # NCCL probing for its optional plugins at start-up is routine; a report's "..." says nothing.
+    probing = [
+        "g046:23932:23932 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : "
+        "libnccl-net.so: cannot open shared object file: No such file or directory",
+        "g046:23932:23932 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.",
+        *quiet,
+        "...",
+    ]
+    assert diagnose([LogSource.from_lines("g046.log", probing)]).category is Category.Hang
 
 
 def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -> None:

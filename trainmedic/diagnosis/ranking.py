@@ -312,6 +312,13 @@ _ORDINARY = re.compile(
 )
 
 
+# Lines that say nothing: an ellipsis where a report cut lines out.
+_EMPTY = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
+# NCCL probing for optional network plugins at start-up ("NET/Plugin: Failed to find
+# ncclCollNetPlugin_v4 symbol", "Plugin load (libnccl-net.so) returned 2"): routine, not a failure.
+_ROUTINE = re.compile(r"NCCL INFO NET/Plugin\s*:")
+
+
 def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[int, str] | None:
     """(index of the last source, its last line) when every log ends in ordinary output: no
     error, no exit status, no failure line anywhere (the caller has found no cause or
@@ -320,7 +327,11 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
         return None
     last: tuple[int, str] | None = None
     for scan in scans:
-        lines = [line for line in scan.tail if line.strip()]
+        lines = [
+            line
+            for line in scan.tail
+            if line.strip() and not _EMPTY.match(line) and not _ROUTINE.search(line)
+        ]
         if not lines:
             continue
         if any(_TERMINAL.search(line) for line in lines):
