@@ -20,6 +20,19 @@ from trainmedic.diagnosis.attribution import attribute, ray_task_headers, shell_
         ),
         ("[gpu12:5]: RuntimeError: NCCL error", "gpu12", None, None),
         ("(RayWorker pid=9, ip=10.0.0.3) [rank3]: CUDA error", "10.0.0.3", 3, None),
+        # an NCCL line a report quotes; a node controller's JSON naming the node it acts on
+        (
+            '"nid005018:47819:47913 [0] create_nccl_ofi_component:817 NCCL WARN',
+            "nid005018",
+            None,
+            "0",
+        ),
+        (
+            '{"msg":"Setting annotations on node","node":"aks-gpu-1249-vmss0l"}',
+            "aks-gpu-1249-vmss0l",
+            None,
+            None,
+        ),
         # Ray's prefix with its pid left empty, quoted as a comment in a report
         ("# (pid=, ip=10.128.0.91) E1123 04:35:32 RESOURCE_EXHAUSTED", "10.128.0.91", None, None),
         ('{"hostname": "trn-4", "msg": "device lost"}', "trn-4", None, None),

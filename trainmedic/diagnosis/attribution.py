@@ -11,15 +11,17 @@ __all__ = ["Attribution", "attribute", "ray_task_headers", "shell_prompts", "wri
 
 # Where a line says who wrote it. Tried in order, first match wins per field.
 # NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
-# a date, "[rank0]:"); a host name may start with a digit (cloud VMs: hex ids), not be one.
+# a date, "[rank0]:", a report's quote mark); a host name may start with a digit (cloud VMs:
+# hex ids), not be one.
 _NCCL_PREFIX = re.compile(
-    r"(?:^|(?<=[\s>:\]]))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
+    r"(?:^|(?<=[\s>:\]\"']))(?!\d{4}-\d\d-\d\dT)(?P<host>(?=[\w.-]*[A-Za-z])[\w.-]{3,}):\d+:\d+"
     r" \[(?P<gpu>\d+)\]"
 )
 # Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd ("hostname",
-# "host_name"; a Kubernetes health event's "nodeName", often an IP).
+# "host_name"; a Kubernetes health event's "nodeName", often an IP; a node controller's
+# "node", the node it acts on).
 _JSON_HOST = re.compile(
-    r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
+    r'"(?i:host_?name|node_?name|node)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
 )
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
