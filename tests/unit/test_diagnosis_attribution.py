@@ -108,3 +108,5 @@ def test_a_ray_task_header_places_the_traceback_under_it() -> None:
     assert diagnosis.category.value == "CUDAError"
     assert diagnosis.root_cause_host == "10.138.0.27"
     assert ray_task_headers(b"ray::main_task() failed\n") == []
+    two = b"x\n" + body + b"y\n" + body
+    assert ray_task_headers(two) == [(1, "10.138.0.27"), (5, "10.138.0.27")]

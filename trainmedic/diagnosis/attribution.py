@@ -138,20 +138,37 @@ def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
 def shell_prompts(body: bytes) -> list[tuple[int, str]]:
     """(line offset in ``body``, host) of every shell prompt naming a node."""
     found = []
+    lines = _LineCounter(body)
     for match in _SHELL_PROMPT.finditer(body):
         named = match.group("ssh") or match.group("host")
         host = named.decode("ascii", "replace").lower().rstrip(".")
         if not _NOT_A_NODE.match(host):
-            found.append((body.count(b"\n", 0, match.start()), host))
+            found.append((lines.at(match.start()), host))
     return found
 
 
 def ray_task_headers(body: bytes) -> list[tuple[int, str]]:
     """(line offset in ``body``, node) of every Ray task error header."""
+    lines = _LineCounter(body)
     return [
-        (body.count(b"\n", 0, match.start()), match.group("host").decode("ascii"))
+        (lines.at(match.start()), match.group("host").decode("ascii"))
         for match in _RAY_TASK_HEADER.finditer(body)
     ]
+
+
+class _LineCounter:
+    """Line numbers of ascending offsets in one body, each newline counted once (a block
+    with many matches would otherwise be counted from its start for every one)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.offset = 0
+        self.line = 0
+
+    def at(self, offset: int) -> int:
+        self.line += self.body.count(b"\n", self.offset, offset)
+        self.offset = offset
+        return self.line
 
 
 def _timestamp(text: str) -> float | None:
