@@ -321,6 +321,18 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
         )
     ]
     assert diagnose([LogSource.from_lines("p.log", paddle)]).category is Category.LossSpike
+    # Paddle's AMP scaler, between its own loss lines
+    amp = [
+        line
+        for k in range(5)
+        for line in (
+            f"Found inf or nan, current scale is: {0.5 ** (9 + k)}, decrease to: "
+            f"{0.5 ** (9 + k)}*0.5",
+            f"[2022/07/11 09:17:31] ppocr INFO: epoch: [2/1200], global_step: {100 + k}, "
+            "loss: 5.235338",
+        )
+    ]
+    assert diagnose([LogSource.from_lines("amp.log", amp)]).category is Category.LossSpike
     settled = [
         *overflow,
         *(

@@ -37,10 +37,12 @@ _HELD_OUT_PREFIXES = (b"eval_", b"val_", b"valid_", b"validation ", b"test_", b"
 # The dynamic loss scale as frameworks print it: DeepSpeed "Attempted loss scale: 64, reducing
 # to 32", apex "reducing loss scale to 32768.0", fairseq "setting loss scale to: 0.25" and
 # "loss_scale 0.500", Megatron "loss scale: 8192.0", DLLogger "PARAMETER loss_scale : 524288",
-# PaddleNLP "optimizer not run, scale_before: 0.25, scale_after: 0.125".
+# PaddleNLP "optimizer not run, scale_before: 0.25, scale_after: 0.125", Paddle's AMP "Found inf
+# or nan, current scale is: 0.0019, decrease to: 0.0019*0.5".
 # The last value of a line is the scale in force after it ("loss scaler 0" is apex's index).
 _SCALE_RE = re.compile(
-    rb"(?:loss[ _-]?scale(?!r)|reducing to|scale_(?:before|after))['\"]?\s*(?:to)?\s*[:=]?\s*['\"]?"
+    rb"(?:loss[ _-]?scale(?!r)|reducing to|scale_(?:before|after)|current scale is)['\"]?\s*(?:to)?"
+    rb"\s*[:=]?\s*['\"]?"
     rb"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 )
 COLLAPSE_HALVINGS = 4  # overflow after overflow: the scale fell at least 2^4-fold...
