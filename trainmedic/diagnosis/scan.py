@@ -166,9 +166,12 @@ class _Scanner:
         flagged = {t for t in templates if self.prefilter(t)}
         # (line offset, host) of each line that says where the lines after it were printed,
         # in order: a shell prompt, a Ray task's error header. Rare, so looked for only where
-        # an "@" or a "ray::" is.
+        # an "@" is, and where a flagged template holds "ray::" (an anchor): searching every
+        # block for it would cost a tenth of a quiet scan.
         shells = shell_prompts(body) if b"@" in body else []
-        prompts = sorted(shells + ray_task_headers(body)) if b"ray::" in body else shells
+        prompts = shells
+        if any(b"ray::" in template for template in flagged):
+            prompts = sorted(shells + ray_task_headers(body))
         if flagged:
             raw_lines = body.split(b"\n")
             upcoming = iter(prompts)
