@@ -33,6 +33,8 @@ from trainmedic.diagnosis.attribution import attribute, ray_task_headers, shell_
             None,
             None,
         ),
+        # ... but not a value that names no machine
+        ('{"level":"info","msg":"step done","node":"worker"}', None, None, None),
         # Ray's prefix with its pid left empty, quoted as a comment in a report
         ("# (pid=, ip=10.128.0.91) E1123 04:35:32 RESOURCE_EXHAUSTED", "10.128.0.91", None, None),
         ('{"hostname": "trn-4", "msg": "device lost"}', "trn-4", None, None),
@@ -93,20 +95,25 @@ def test_shell_prompts_name_the_host_and_skip_containers() -> None:
     assert shell_prompts(body) == [(0, "gpu-03"), (3, "gpu-2-5")]
 
 
-def test_a_ray_task_header_places_the_traceback_under_it() -> None:
+def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
     """The error a Ray task raised happened on the node its header names, whatever the
-    file's own host; the header does not make that node a writer of the whole log."""
+    file's own host; its traceback ends at the first blank line, and the lines after it are
+    placed as before it (the header does not make that node a writer of the whole log)."""
     body = (
         b"ray::WorkerDict.actor_rollout_generate_sequences() (pid=838798, ip=10.138.0.27, "
         b"actor_id=f5aa8b4a)\n"
         b'  File "/verl/workers/fsdp_workers.py", line 446, in generate_sequences\n'
         b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
     )
-    assert ray_task_headers(body) == [(0, "10.138.0.27")]
-    source = LogSource.from_text("driver.log", body.decode())
-    diagnosis = diagnose([source])
+    assert ray_task_headers(body) == [(0, "10.138.0.27", 4)]
+    diagnosis = diagnose([LogSource.from_text("driver.log", body.decode())])
     assert diagnosis.category.value == "CUDAError"
     assert diagnosis.root_cause_host == "10.138.0.27"
     assert ray_task_headers(b"ray::main_task() failed\n") == []
-    two = b"x\n" + body + b"y\n" + body
-    assert ray_task_headers(two) == [(1, "10.138.0.27"), (5, "10.138.0.27")]
+    two = b"x\n" + body + b"\ny\n" + body
+    assert ray_task_headers(two) == [(1, "10.138.0.27", 4), (6, "10.138.0.27", 10)]
+    # The driver's own error after the traceback is not the Ray node's.
+    later = body + b"\n" + b"step 1 done\n" * 3 + b"torch.OutOfMemoryError: CUDA out of memory.\n"
+    diagnosis = diagnose([LogSource.from_text("driver.log", later.decode())])
+    assert diagnosis.category.value == "CUDAOutOfMemory"
+    assert [e.host for e in diagnosis.evidence if e.signature == "cuda-oom"] == [None]

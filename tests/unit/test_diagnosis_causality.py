@@ -392,11 +392,15 @@ def test_the_last_loss_scale_reading_carries_over_blocks_that_print_none() -> No
 
     falls = b"".join(fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
     quiet = b"".join(b"step %d | lm loss: 2.1E+00\n" % i for i in range(200))
-    blocks = [falls, quiet, quiet, quiet, quiet, fall(8192, 1) + fall(4096, 0)]
-    source = LogSource(name="rank0.log", open_blocks=lambda: iter(blocks))
-    collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
-    assert collapse is not None and collapse.deep
-    assert (collapse.start, collapse.end, collapse.drops) == (65536, 2048, 5)
+    # The falls in a sampled block, then in a block read again in full at the end.
+    for blocks in (
+        [falls, quiet, quiet, quiet, quiet, fall(8192, 1) + fall(4096, 0)],
+        [quiet, quiet, quiet, falls, fall(8192, 1) + fall(4096, 0)],
+    ):
+        source = LogSource(name="rank0.log", open_blocks=lambda blocks=blocks: iter(blocks))
+        collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
+        assert collapse is not None and collapse.deep
+        assert (collapse.start, collapse.end, collapse.drops) == (65536, 2048, 5)
 
 
 def test_nan_as_frameworks_print_it() -> None:

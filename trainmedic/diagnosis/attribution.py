@@ -18,10 +18,12 @@ _NCCL_PREFIX = re.compile(
     r" \[(?P<gpu>\d+)\]"
 )
 # Structured (JSON) logs name their writer: Ray events, Kubernetes, fluentd ("hostname",
-# "host_name"; a Kubernetes health event's "nodeName", often an IP; a node controller's
-# "node", the node it acts on).
+# "host_name"; a Kubernetes health event's "nodeName", often an IP); a node controller's
+# "node", the node it acts on, where the value looks like a machine's name (a digit or a dot in
+# it: "aks-gpu-1249-vmss0l", not "worker").
 _JSON_HOST = re.compile(
-    r'"(?i:host_?name|node_?name|node)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
+    r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
+    r'|"node"\s*:\s*"(?P<json_node>[A-Za-z][A-Za-z_-]*[\d.][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
 )
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
@@ -29,7 +31,8 @@ _JSON_HOST = re.compile(
 # where a report quotes it as a comment). An error code in that place
 # (Ascend's "EI0002: ", "E1001: ") is no host.
 _LABEL_PREFIX = re.compile(
-    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][\w-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})(?:: | \| )"
+    r"^(?![A-Z]{1,2}\d{4,}: )(?P<host>[A-Za-z][A-Za-z_-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})"
+    r"(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^(?:#\s*)?\((?:[\w.-]+ )?pid=\d*, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
@@ -42,7 +45,7 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
     r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
 )
-_HOST_GROUPS = ("host", "tag", "ray", "srun", "ucx", "espnet")
+_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "espnet")
 # The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
 # written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address.
 _WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host"}
@@ -60,6 +63,8 @@ _SHELL_PROMPT = re.compile(
 )
 # A Ray task's error header ("ray::WorkerDict.generate_sequences() (pid=838798, ip=10.138.0.27,
 # actor_id=...)"): the traceback after it was raised in that task, on that node.
+RAY_TRACEBACK_LINES = 200
+_BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
 _RAY_TASK_HEADER = re.compile(
     rb"ray::[\w.<>]+\(\) \(pid=\d+, ip=(?P<host>\d{1,3}(?:\.\d{1,3}){3})[,)]"
 )
@@ -147,13 +152,19 @@ def shell_prompts(body: bytes) -> list[tuple[int, str]]:
     return found
 
 
-def ray_task_headers(body: bytes) -> list[tuple[int, str]]:
-    """(line offset in ``body``, node) of every Ray task error header."""
+def ray_task_headers(body: bytes) -> list[tuple[int, str, int]]:
+    """(line offset in ``body``, node, line offset where its traceback ends) of every Ray task
+    error header. The traceback ends at the first blank line after it, or RAY_TRACEBACK_LINES
+    lines on, or the end of ``body``."""
     lines = _LineCounter(body)
-    return [
-        (lines.at(match.start()), match.group("host").decode("ascii"))
-        for match in _RAY_TASK_HEADER.finditer(body)
-    ]
+    found = []
+    for match in _RAY_TASK_HEADER.finditer(body):
+        start = lines.at(match.start())
+        blank = _BLANK_LINE.search(body, match.end())
+        stop = blank.start() if blank else len(body)
+        length = min(body.count(b"\n", match.end(), stop), RAY_TRACEBACK_LINES)
+        found.append((start, match.group("host").decode("ascii"), start + length + 1))
+    return found
 
 
 class _LineCounter:

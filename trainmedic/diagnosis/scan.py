@@ -164,14 +164,14 @@ class _Scanner:
         masked_lines = body.translate(MASK).split(b"\n")
         templates = set(masked_lines)
         flagged = {t for t in templates if self.prefilter(t)}
-        # (line offset, host) of each line that says where the lines after it were printed,
-        # in order: a shell prompt, a Ray task's error header. Rare, so looked for only where
-        # an "@" is, and where a flagged template holds "ray::" (an anchor): searching every
-        # block for it would cost a tenth of a quiet scan.
+        # (line offset, host) where the host the lines were printed on changes, in order: a
+        # shell prompt, a Ray task's error header and the end of its traceback. Rare, so looked
+        # for only where an "@" is, and where a flagged template holds "ray::" (an anchor):
+        # searching every block for it would cost a tenth of a quiet scan.
         shells = shell_prompts(body) if b"@" in body else []
-        prompts = shells
+        prompts: list[tuple[int, str | None]] = list(shells)
         if any(b"ray::" in template for template in flagged):
-            prompts = sorted(shells + ray_task_headers(body))
+            prompts = _with_ray_tracebacks(shells, ray_task_headers(body), self.prompt_host)
         if flagged:
             raw_lines = body.split(b"\n")
             upcoming = iter(prompts)
@@ -289,6 +289,19 @@ class _Scanner:
             timestamp=timestamp,
             named=named,
         )
+
+
+def _with_ray_tracebacks(
+    shells: list[tuple[int, str]], headers: list[tuple[int, str, int]], before: str | None
+) -> list[tuple[int, str | None]]:
+    """Shell prompts and Ray task headers as one ordered list of host changes: a header's node
+    holds for its traceback only, then the host of the shell in force there again (``before``:
+    the one in force when the block began)."""
+    changes: list[tuple[int, str | None]] = list(shells)
+    for start, node, end in headers:
+        changes.append((start, node))
+        changes.append((end, next((host for at, host in reversed(shells) if at <= end), before)))
+    return sorted(changes, key=lambda change: change[0])
 
 
 def _excerpt(text: str, start: int) -> str:
