@@ -117,3 +117,22 @@ def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
     diagnosis = diagnose([LogSource.from_text("driver.log", later.decode())])
     assert diagnosis.category.value == "CUDAOutOfMemory"
     assert [e.host for e in diagnosis.evidence if e.signature == "cuda-oom"] == [None]
+
+
+def test_ray_tracebacks_printed_back_to_back_do_not_overlap() -> None:
+    """One header's traceback ends where the next header begins: a long second traceback keeps
+    its own node past the point where the first one's line cap would fall."""
+    frames = b'  File "/verl/workers/fsdp_workers.py", line 446, in generate_sequences\n'
+    body = (
+        b"ray::Actor.step() (pid=1, ip=10.0.0.1)\n"
+        + frames * 100
+        + b"ray::Actor.step() (pid=2, ip=10.0.0.2)\n"
+        + frames * 150
+        + b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    assert [(start, node, end) for start, node, end in ray_task_headers(body)] == [
+        (0, "10.0.0.1", 101),
+        (101, "10.0.0.2", 254),
+    ]
+    diagnosis = diagnose([LogSource.from_text("driver.log", body.decode())])
+    assert diagnosis.root_cause_host == "10.0.0.2"

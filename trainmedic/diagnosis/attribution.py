@@ -154,16 +154,22 @@ def shell_prompts(body: bytes) -> list[tuple[int, str]]:
 
 def ray_task_headers(body: bytes) -> list[tuple[int, str, int]]:
     """(line offset in ``body``, node, line offset where its traceback ends) of every Ray task
-    error header. The traceback ends at the first blank line after it, or RAY_TRACEBACK_LINES
-    lines on, or the end of ``body``."""
+    error header. The traceback ends at the first blank line after it, or at the next header,
+    or RAY_TRACEBACK_LINES lines on, or at the end of ``body``: so scopes never overlap, and
+    each byte of ``body`` is searched once however many headers it holds."""
     lines = _LineCounter(body)
+    matches = list(_RAY_TASK_HEADER.finditer(body))
+    starts = [lines.at(match.start()) for match in matches]
     found = []
-    for match in _RAY_TASK_HEADER.finditer(body):
-        start = lines.at(match.start())
-        blank = _BLANK_LINE.search(body, match.end())
-        stop = blank.start() if blank else len(body)
-        length = min(body.count(b"\n", match.end(), stop), RAY_TRACEBACK_LINES)
-        found.append((start, match.group("host").decode("ascii"), start + length + 1))
+    for number, (match, start) in enumerate(zip(matches, starts, strict=True), 1):
+        last = number == len(matches)
+        limit = len(body) if last else matches[number].start()
+        blank = _BLANK_LINE.search(body, match.end(), limit)
+        stop = blank.start() if blank else limit
+        end = start + min(body.count(b"\n", match.end(), stop), RAY_TRACEBACK_LINES) + 1
+        found.append(
+            (start, match.group("host").decode("ascii"), end if last else min(end, starts[number]))
+        )
     return found
 
 
