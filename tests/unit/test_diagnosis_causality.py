@@ -359,19 +359,20 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
     assert diagnose([LogSource.from_lines("q.log", short)]).category is Category.LossSpike
 
 
+def _fall(scale: int, rank: int) -> str:
+    """DeepSpeed's line for one halving of the loss scale, as one rank prints it."""
+    return (
+        f"[Rank {rank}] [deepspeed] OVERFLOW! Skipping step. Attempted loss scale: {scale}, "
+        f"reducing to {scale // 2}\n"
+    )
+
+
 def test_a_loss_scale_fall_read_across_block_boundaries_is_counted_once() -> None:
     """A log is read in blocks: a block that starts with another rank's copy of the last fall
     must not restate the scale before it (a fake rise would cut the collapse short)."""
-
-    def fall(scale: int, rank: int) -> str:
-        return (
-            f"[Rank {rank}] [deepspeed] OVERFLOW! Skipping step. Attempted loss scale: {scale}, "
-            f"reducing to {scale // 2}\n"
-        )
-
-    text = "".join(fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
+    text = "".join(_fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
     cut = text.rfind("[Rank 2]")
-    blocks = [text[:cut].encode(), (text[cut:] + fall(4096, 0)).encode()]
+    blocks = [text[:cut].encode(), (text[cut:] + _fall(4096, 0)).encode()]
     source = LogSource(name="rank0.log", open_blocks=lambda: iter(blocks))
     collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
     assert collapse is not None and collapse.deep
@@ -383,20 +384,15 @@ def test_a_loss_scale_fall_read_across_block_boundaries_is_counted_once() -> Non
 def test_the_last_loss_scale_reading_carries_over_blocks_that_print_none() -> None:
     """Blocks of loss lines with no scale reading between two falls (sampled and fully read
     ones alike) must not make the next block's restated fall look like a fall of its own."""
-
-    def fall(scale: int, rank: int) -> bytes:
-        return (
-            f"[Rank {rank}] [deepspeed] OVERFLOW! Skipping step. Attempted loss scale: {scale}, "
-            f"reducing to {scale // 2}\n"
-        ).encode()
-
-    falls = b"".join(fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
-    quiet = b"".join(b"step %d | lm loss: 2.1E+00\n" % i for i in range(200))
+    falls = "".join(_fall(scale, r) for scale in (65536, 32768, 16384, 8192) for r in range(4))
+    quiet = "".join(f"step {i} | lm loss: 2.1E+00\n" for i in range(200))
+    last = _fall(8192, 1) + _fall(4096, 0)
     # The falls in a sampled block, then in a block read again in full at the end.
-    for blocks in (
-        [falls, quiet, quiet, quiet, quiet, fall(8192, 1) + fall(4096, 0)],
-        [quiet, quiet, quiet, falls, fall(8192, 1) + fall(4096, 0)],
+    for texts in (
+        [falls, quiet, quiet, quiet, quiet, last],
+        [quiet, quiet, quiet, falls, last],
     ):
+        blocks = [text.encode() for text in texts]
         source = LogSource(name="rank0.log", open_blocks=lambda blocks=blocks: iter(blocks))
         collapse = find_scale_collapse(scan_source(source, 0, load_catalogue()).scale_points)
         assert collapse is not None and collapse.deep
