@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from trainmedic.diagnosis import LogSource, diagnose
-from trainmedic.diagnosis.attribution import attribute, ray_task_headers, shell_prompts, writer
+from trainmedic.diagnosis.attribution import (
+    attribute,
+    ray_task_headers,
+    ray_task_scopes,
+    shell_prompts,
+    writer,
+)
 
 
 @pytest.mark.parametrize(
@@ -136,3 +142,26 @@ def test_ray_tracebacks_printed_back_to_back_do_not_overlap() -> None:
     ]
     diagnosis = diagnose([LogSource.from_text("driver.log", body.decode())])
     assert diagnosis.root_cause_host == "10.0.0.2"
+
+
+def test_a_ray_traceback_cut_by_a_block_boundary_keeps_its_node() -> None:
+    """A log is read in blocks of 1 MiB: a Ray task's traceback that the boundary cuts still
+    raised its error on the header's node, and lines after its blank line are the file's."""
+    header = b"ray::Actor.step() (pid=7, ip=10.0.0.7)\n"
+    frames = b'  File "/verl/workers/fsdp_workers.py", line 446, in generate_sequences\n' * 3
+    error = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    blocks = [b"step 1 done\n" + header + frames, frames + error]
+    source = LogSource(name="driver.log", open_blocks=lambda: iter(blocks))
+    diagnosis = diagnose([source])
+    assert diagnosis.category.value == "CUDAError"
+    assert diagnosis.root_cause_host == "10.0.0.7"
+    assert ray_task_scopes(blocks[0]) == ([(1, "10.0.0.7", 6)], ("10.0.0.7", 196))
+    assert ray_task_scopes(blocks[1], ("10.0.0.7", 196), headers=False) == (
+        [(0, "10.0.0.7", 5)],
+        ("10.0.0.7", 192),
+    )
+    # The traceback ended with its blank line: the next block's error is not the node's.
+    ended = [header + frames + b"\n", b"step 2 done\n" + error]
+    source = LogSource(name="driver.log", open_blocks=lambda: iter(ended))
+    diagnosis = diagnose([source])
+    assert [e.host for e in diagnosis.evidence if e.signature == "cuda-error-fatal"] == [None]

@@ -7,7 +7,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-__all__ = ["Attribution", "attribute", "ray_task_headers", "shell_prompts", "writer"]
+__all__ = [
+    "Attribution",
+    "attribute",
+    "ray_task_headers",
+    "ray_task_scopes",
+    "shell_prompts",
+    "writer",
+]
 
 # Where a line says who wrote it. Tried in order, first match wins per field.
 # NCCL's "host:pid:tid [gpu]", at the start or after a launcher's prefix ("[1,12]<stdout>:",
@@ -64,7 +71,8 @@ _SHELL_PROMPT = re.compile(
 # A Ray task's error header ("ray::WorkerDict.generate_sequences() (pid=838798, ip=10.138.0.27,
 # actor_id=...)"): the traceback after it was raised in that task, on that node.
 RAY_TRACEBACK_LINES = 200
-_BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
+# A blank line, or a block that starts with one (where a carried traceback ends at once).
+_BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t]*(?=\n)")
 _RAY_TASK_HEADER = re.compile(
     rb"ray::[\w.<>]+\(\) \(pid=\d+, ip=(?P<host>\d{1,3}(?:\.\d{1,3}){3})[,)]"
 )
@@ -157,20 +165,46 @@ def ray_task_headers(body: bytes) -> list[tuple[int, str, int]]:
     error header. The traceback ends at the first blank line after it, or at the next header,
     or RAY_TRACEBACK_LINES lines on, or at the end of ``body``: so scopes never overlap, and
     each byte of ``body`` is searched once however many headers it holds."""
+    return ray_task_scopes(body)[0]
+
+
+def ray_task_scopes(
+    body: bytes, carried: tuple[str, int] | None = None, *, headers: bool = True
+) -> tuple[list[tuple[int, str, int]], tuple[str, int] | None]:
+    """The scopes of :func:`ray_task_headers`, with a traceback that crosses a block boundary:
+    ``carried`` is (node, lines left) of one the block before ended inside of, placed from
+    this block's first line on. Also returns the (node, lines left) of a traceback still open
+    at the end of ``body``, for the next block. ``headers=False``: the caller knows ``body``
+    holds none (its templates hold no "ray::"), so only the carried one is placed."""
     lines = _LineCounter(body)
-    matches = list(_RAY_TASK_HEADER.finditer(body))
-    starts = [lines.at(match.start()) for match in matches]
-    found = []
-    for number, (match, start) in enumerate(zip(matches, starts, strict=True), 1):
-        last = number == len(matches)
-        limit = len(body) if last else matches[number].start()
-        blank = _BLANK_LINE.search(body, match.end(), limit)
-        stop = blank.start() if blank else limit
-        end = start + min(body.count(b"\n", match.end(), stop), RAY_TRACEBACK_LINES) + 1
-        found.append(
-            (start, match.group("host").decode("ascii"), end if last else min(end, starts[number]))
+    matches = list(_RAY_TASK_HEADER.finditer(body)) if headers else []
+    # (byte offset its traceback starts at, first line, node, most lines it may span)
+    heads = [
+        (
+            match.end(),
+            lines.at(match.start()),
+            match.group("host").decode("ascii"),
+            RAY_TRACEBACK_LINES,
         )
-    return found
+        for match in matches
+    ]
+    if carried is not None:
+        heads.insert(0, (0, 0, carried[0], carried[1]))
+    found: list[tuple[int, str, int]] = []
+    still_open: tuple[str, int] | None = None
+    for number, (begin, start, node, budget) in enumerate(heads, 1):
+        last = number == len(heads)
+        limit = len(body) if last else heads[number][0]
+        blank = _BLANK_LINE.search(body, begin, limit)
+        stop = blank.start() if blank else limit
+        spanned = body.count(b"\n", begin, stop)
+        end = start + min(spanned, budget) + 1
+        if not last:
+            end = min(end, heads[number][1])
+        elif blank is None and spanned < budget:
+            still_open = (node, budget - spanned)
+        found.append((start, node, end))
+    return found, still_open
 
 
 class _LineCounter:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from trainmedic.diagnosis.attribution import (
     Attribution,
     attribute,
-    ray_task_headers,
+    ray_task_scopes,
     shell_prompts,
     writer,
 )
@@ -127,6 +127,8 @@ class _Scanner:
         self.last_scale: float | None = None
         # The host the latest shell prompt or Ray task header names, if any.
         self.prompt_host: str | None = None
+        # (node, lines left) of a Ray task's traceback the latest block ended inside of.
+        self.ray_open: tuple[str, int] | None = None
         self.head: list[bytes] | None = None
 
     def run(self) -> None:
@@ -166,12 +168,15 @@ class _Scanner:
         flagged = {t for t in templates if self.prefilter(t)}
         # (line offset, host) where the host the lines were printed on changes, in order: a
         # shell prompt, a Ray task's error header and the end of its traceback. Rare, so looked
-        # for only where an "@" is, and where a flagged template holds "ray::" (an anchor):
-        # searching every block for it would cost a tenth of a quiet scan.
+        # for only where an "@" is, and where a flagged template holds "ray::" (an anchor) or
+        # the block before ended inside a Ray traceback: searching every block for headers
+        # would cost a tenth of a quiet scan.
         shells = shell_prompts(body) if b"@" in body else []
         prompts: list[tuple[int, str | None]] = list(shells)
-        if any(b"ray::" in template for template in flagged):
-            prompts = _with_ray_tracebacks(shells, ray_task_headers(body), self.prompt_host)
+        has_headers = any(b"ray::" in template for template in flagged)
+        if has_headers or self.ray_open is not None:
+            scopes, self.ray_open = ray_task_scopes(body, self.ray_open, headers=has_headers)
+            prompts = _with_ray_tracebacks(shells, scopes, self.prompt_host)
         if flagged:
             raw_lines = body.split(b"\n")
             upcoming = iter(prompts)
