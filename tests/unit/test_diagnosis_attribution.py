@@ -52,6 +52,9 @@ from trainmedic.diagnosis.attribution import (
             None,
             None,
         ),
+        # GCC's linker driver and compiler at a line's start are programs, not nodes
+        ("collect2: error: ld returned 1 exit status", None, None, None),
+        ("cc1plus: fatal error: Killed signal terminated program", None, None, None),
     ],
 )
 def test_attribute_reads_host_rank_and_gpu_from_the_line(
