@@ -148,6 +148,22 @@ def test_symptom_only_evidence_names_no_node_to_drain() -> None:
     assert any("is a symptom" in reason for reason in plan.reasons)
 
 
+def test_a_preempted_job_names_no_node_to_drain() -> None:
+    """The scheduler took the job's node for another job: the job stopped, but the node is
+    healthy, so the preemption line names none to drain even where it prints the host."""
+    job = job_info(nodes=("learnfair0293", "learnfair0294"), gpus_per_node=8)
+    for line in (
+        "submitit WARNING (2022-07-12 04:18:45,881) - Caught signal SIGHUP on learnfair0293: "
+        "this job is preempted.",
+        "slurmstepd: error: *** STEP 1234.0 ON learnfair0293 CANCELLED AT "
+        "2024-03-01T10:00:00 DUE TO PREEMPTION ***",
+    ):
+        diagnosis = diagnose([LogSource.from_lines("slurm-1234.out", [line])])
+        assert diagnosis.category is Category.NodeFailure, line
+        assert diagnosis.root_cause_host is None, line
+        assert plan_remediation(diagnosis, job).drain == (), line
+
+
 def test_a_lone_sigkill_is_a_suspected_host_oom_that_acts_on_nothing() -> None:
     """One task SIGKILLed while srun lived to report it is how the OOM killer kills; scancel,
     preemption and KillWait signal the whole step. So: host OOM, below the confidence floor,
