@@ -7,7 +7,6 @@ import pytest
 from trainmedic.diagnosis import LogSource, diagnose
 from trainmedic.diagnosis.attribution import (
     attribute,
-    ray_task_headers,
     ray_task_scopes,
     shell_prompts,
     writer,
@@ -114,13 +113,13 @@ def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
         b'  File "/verl/workers/fsdp_workers.py", line 446, in generate_sequences\n'
         b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
     )
-    assert ray_task_headers(body) == [(0, "10.138.0.27", 4)]
+    assert ray_task_scopes(body)[0] == [(0, "10.138.0.27", 4)]
     diagnosis = diagnose([LogSource.from_text("driver.log", body.decode())])
     assert diagnosis.category.value == "CUDAError"
     assert diagnosis.root_cause_host == "10.138.0.27"
-    assert ray_task_headers(b"ray::main_task() failed\n") == []
+    assert ray_task_scopes(b"ray::main_task() failed\n")[0] == []
     two = b"x\n" + body + b"\ny\n" + body
-    assert ray_task_headers(two) == [(1, "10.138.0.27", 4), (6, "10.138.0.27", 10)]
+    assert ray_task_scopes(two)[0] == [(1, "10.138.0.27", 4), (6, "10.138.0.27", 10)]
     # The driver's own error after the traceback is not the Ray node's.
     later = body + b"\n" + b"step 1 done\n" * 3 + b"torch.OutOfMemoryError: CUDA out of memory.\n"
     diagnosis = diagnose([LogSource.from_text("driver.log", later.decode())])
@@ -139,7 +138,7 @@ def test_ray_tracebacks_printed_back_to_back_do_not_overlap() -> None:
         + frames * 150
         + b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
     )
-    assert [(start, node, end) for start, node, end in ray_task_headers(body)] == [
+    assert [(start, node, end) for start, node, end in ray_task_scopes(body)[0]] == [
         (0, "10.0.0.1", 101),
         (101, "10.0.0.2", 254),
     ]

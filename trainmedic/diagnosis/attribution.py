@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 __all__ = [
     "Attribution",
     "attribute",
-    "ray_task_headers",
     "ray_task_scopes",
     "shell_prompts",
     "writer",
@@ -162,22 +161,17 @@ def shell_prompts(body: bytes) -> list[tuple[int, str]]:
     return found
 
 
-def ray_task_headers(body: bytes) -> list[tuple[int, str, int]]:
-    """(line offset in ``body``, node, line offset where its traceback ends) of every Ray task
-    error header. The traceback ends at the first blank line after it, or at the next header,
-    or RAY_TRACEBACK_LINES lines on, or at the end of ``body``: so scopes never overlap, and
-    each byte of ``body`` is searched once however many headers it holds."""
-    return ray_task_scopes(body)[0]
-
-
 def ray_task_scopes(
     body: bytes, carried: tuple[str, int] | None = None, *, headers: bool = True
 ) -> tuple[list[tuple[int, str, int]], tuple[str, int] | None]:
-    """The scopes of :func:`ray_task_headers`, with a traceback that crosses a block boundary:
-    ``carried`` is (node, lines left) of one the block before ended inside of, placed from
-    this block's first line on. Also returns the (node, lines left) of a traceback still open
-    at the end of ``body``, for the next block. ``headers=False``: the caller knows ``body``
-    holds none (its templates hold no "ray::"), so only the carried one is placed."""
+    """(line offset in ``body``, node, line offset where its traceback ends) of every Ray task
+    error header, and the (node, lines left) of a traceback still open at the end of ``body``,
+    for the next block. A traceback ends at the first blank line after its header, or at the
+    next header, or RAY_TRACEBACK_LINES lines on: so scopes never overlap, and each byte of
+    ``body`` is searched once however many headers it holds. ``carried`` is (node, lines left)
+    of a traceback the block before ended inside of, placed from this block's first line on.
+    ``headers=False``: the caller knows ``body`` holds none (its templates hold no "ray::"),
+    so only the carried one is placed."""
     lines = _LineCounter(body)
     matches = list(_RAY_TASK_HEADER.finditer(body)) if headers else []
     # (byte offset its traceback starts at, first line, node, most lines it may span)
