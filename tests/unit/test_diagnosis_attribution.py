@@ -87,6 +87,10 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "master-02",
         ),
         ("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing process", None),
+        (
+            "2020-06-15T14:41:33.52+02:00 ossw02 <kern.warning> kernel: LNet: Service thread",
+            "ossw02",
+        ),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:

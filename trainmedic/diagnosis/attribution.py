@@ -85,12 +85,14 @@ _MACHINE_LINE = re.compile(
 )
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
-# or quoted after a report's own words ("Error: May 29 ...").
+# or quoted after a report's own words ("Error: May 29 ..."). rsyslog templates may print the
+# facility and priority between the host and the program ("<kern.warning>", "<4>").
 _SYSLOG_PREFIX = re.compile(
     r"(?:^|(?<=\s))(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+"
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?!(?:node|host|hostname|localhost|server)\s)"  # a report's stand-in for the name
-    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:kernel|slurmd|slurmstepd|[a-z][\w.-]*\[\d+\]):"
+    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:<(?:[a-z]+\.[a-z]+|\d{1,3})>\s*)?"
+    r"(?:kernel|slurmd|slurmstepd|[a-z][\w.-]*\[\d+\]):"
 )
 _RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
 _GPU = re.compile(
