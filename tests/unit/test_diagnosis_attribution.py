@@ -131,6 +131,25 @@ def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
     assert [e.host for e in diagnosis.evidence if e.signature == "cuda-oom"] == [None]
 
 
+def test_after_a_ray_traceback_the_shell_prompt_in_force_places_the_lines_again() -> None:
+    """A driver run from a shell prompt on one node: the Ray task's traceback is the task's
+    node's, and the lines after it are the prompt's node's again (the last prompt before the
+    traceback's end, not the first one of the block)."""
+    body = (
+        b"alice@login-1:~$ ssh gpu-07\n"
+        b"alice@gpu-07:~$ python driver.py\n"
+        b"ray::train() (pid=838798, ip=10.0.0.9, actor_id=f5aa8b4a)\n"
+        b'  File "/job/train.py", line 4, in train\n'
+        b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        b"\n"
+        b"torch.OutOfMemoryError: CUDA out of memory.\n"
+    )
+    diagnosis = diagnose([LogSource.from_text("driver.log", body.decode())])
+    hosts = {e.category.value: e.host for e in diagnosis.evidence}
+    assert hosts["CUDAOutOfMemory"] == "gpu-07"
+    assert hosts["CUDAError"] == "10.0.0.9"
+
+
 def test_ray_tracebacks_printed_back_to_back_do_not_overlap() -> None:
     """One header's traceback ends where the next header begins: a long second traceback keeps
     its own node past the point where the first one's line cap would fall."""

@@ -12,6 +12,7 @@ the real line only when it is kept (the first and last few per signature).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -303,9 +304,11 @@ def _with_ray_tracebacks(
     holds for its traceback only, then the host of the shell in force there again (``before``:
     the one in force when the block began)."""
     changes: list[tuple[int, str | None]] = list(shells)
+    offsets = [at for at, _ in shells]  # in line order, as shell_prompts finds them
     for start, node, end in headers:
         changes.append((start, node))
-        changes.append((end, next((host for at, host in reversed(shells) if at <= end), before)))
+        last = bisect_right(offsets, end) - 1
+        changes.append((end, shells[last][1] if last >= 0 else before))
     return sorted(changes, key=lambda change: change[0])
 
 
