@@ -54,6 +54,10 @@ from trainmedic.diagnosis.attribution import (
         # GCC's linker driver and compiler at a line's start are programs, not nodes
         ("collect2: error: ld returned 1 exit status", None, None, None),
         ("cc1plus: fatal error: Killed signal terminated program", None, None, None),
+        # ... nor are the devices the kernel names: an HCA, an interface, a disk
+        ("mlx5_0: couldn't register ipoib port 1; error -12", None, None, None),
+        ("enp6s0f1: Link is Down", None, None, None),
+        ("nvme0n1: I/O error, dev nvme0n1, sector 2048", None, None, None),
     ],
 )
 def test_attribute_reads_host_rank_and_gpu_from_the_line(

@@ -35,10 +35,13 @@ _JSON_HOST = re.compile(
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
 # Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)", "(pid=, ip=10.0.0.3)", after a "# "
 # where a report quotes it as a comment). An error code in that place
-# (Ascend's "EI0002: ", "E1001: ") or GCC's own programs ("collect2: error: ld returned 1")
-# is no host.
+# (Ascend's "EI0002: ", "E1001: "), GCC's own programs ("collect2: error: ld returned 1") or a
+# device the kernel names ("mlx5_0: couldn't register ipoib port 1", "ib0: ", "nvme0n1: ",
+# "enp6s0f1: ") is no host.
 _LABEL_PREFIX = re.compile(
-    r"^(?![A-Z]{1,2}\d{4,}: |(?:collect2|cc1(?:plus)?|f951): )"
+    r"^(?![A-Z]{1,2}\d{4,}: |(?:collect2|cc1(?:plus)?|f951): "
+    r"|(?:mlx\d+_\d+|ib\d+|ibp\d+s\d+\w*|eth\d+|en[ops]\d+\w*|nvme\d+\w*|bond\d+|hfi\d+_\d+"
+    r"|bnxt_re\d+|efa_\d+|irdma\d+|nvidia\d+|dm-\d+|md\d+): )"
     r"(?P<host>[A-Za-z][A-Za-z_-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})"
     r"(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
