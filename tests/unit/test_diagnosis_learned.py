@@ -121,3 +121,29 @@ def test_a_count_of_none_is_no_trouble() -> None:
     """YOLO's dataset scan ("... 0 corrupt") is progress, not a line to read words from."""
     assert troubled("train: Scanning labels.cache... 6430 images, 0 corrupt: 100%") == ""
     assert troubled("val: 12 images, 3 corrupt") != ""
+
+
+def test_a_text_without_a_categorys_hallmarks_leans_away_from_it() -> None:
+    """A bare Python traceback shares its boilerplate with the dataloader-worker reports (all
+    of them tracebacks) more than with the script errors (most of them); it lacks the workers'
+    "dataloader" and "worker", so it leans to the script errors."""
+    frames = "traceback (most recent call last): file train.py, line 9, in lib python"
+    model = train(
+        [
+            *[
+                (Category.DataloaderKilled, f"{frames} dataloader worker {i} killed")
+                for i in range(3)
+            ],
+            (Category.ScriptError, f"{frames} keyerror: 'labels'"),
+            (Category.ScriptError, f"{frames} valueerror: bad shape for the labels"),
+            (Category.ScriptError, f"{frames} indexerror: out of range"),
+            (Category.ScriptError, "error: attributeerror: no attribute, the labels"),
+            (Category.Hang, "warning: collective made no headway, workers idle for an hour"),
+            (Category.Hang, "warning: no headway in the collective, the workers sit idle"),
+        ]
+    )
+    assert "dataloader" in model.hallmarks[Category.DataloaderKilled]
+    bare = model.guess(f"{frames} typeerror: unsupported operand type")
+    assert bare is not None and bare.category is Category.ScriptError
+    worker = model.guess(f"{frames} dataloader worker killed by signal")
+    assert worker is not None and worker.category is Category.DataloaderKilled

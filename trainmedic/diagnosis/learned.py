@@ -21,7 +21,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from itertools import pairwise
 from pathlib import Path
 
@@ -36,6 +36,12 @@ SMOOTHING = 0.5
 # Below this many known words the text says too little to lean anywhere.
 MIN_KNOWN_TOKENS = 3
 MIN_PROBABILITY = 0.5
+# A word that at least this share of a category's examples hold is one of its hallmarks, and a
+# text without it leans away from the category: a bare Python traceback shares its boilerplate
+# ("most recent call last", "lib python") with the DataloaderKilled examples, but none of their
+# "worker" or "dataloader". Held out batch by batch on the dev corpus, this turned 165 of the
+# 507 logs no signature explains right into 190 (shares from 0.15 to 0.5 all gave 181 to 190).
+HALLMARK_SHARE = 0.2
 MAX_CONFIDENCE = 0.4  # below every signature, below the default confidence floor
 _WORD = re.compile(r"[a-z][a-z_]{2,}")
 # Only lines that speak of trouble are read: ordinary progress lines ("iteration 40 | lm loss:
@@ -88,10 +94,23 @@ class TokenModel:
     def size(self) -> int:
         return sum(self.examples.values())
 
+    @cached_property
+    def hallmarks(self) -> Mapping[Category, tuple[str, ...]]:
+        """Per category, the words at least HALLMARK_SHARE of its examples hold."""
+        return {
+            category: tuple(
+                token
+                for token, seen in self.table.items()
+                if seen.get(category, 0) >= max(HALLMARK_SHARE * count, 1)
+            )
+            for category, count in self.examples.items()
+        }
+
     def guess(self, text: str) -> Guess | None:
         """The category the words of the text's troubled lines lean to, or None when they
         say too little."""
-        known = sorted(tokens(troubled(text)) & self.table.keys())
+        present = tokens(troubled(text))
+        known = sorted(present & self.table.keys())
         if len(known) < MIN_KNOWN_TOKENS or not self.examples:
             return None
         total = self.size
@@ -107,11 +126,15 @@ class TokenModel:
                 outside = seen_in[token] - inside
                 # one category against all the others: a word common to every failure
                 # ("error", "rank") weighs nothing
-                weight = math.log((inside + SMOOTHING) / (count + 2 * SMOOTHING)) - math.log(
-                    (outside + SMOOTHING) / (rest + 2 * SMOOTHING)
-                )
+                weight = math.log(_share(inside, count)) - math.log(_share(outside, rest))
                 score += weight
                 lean.append((weight, token))
+            for token in self.hallmarks[category]:
+                if token in present:
+                    continue
+                inside = self.table[token].get(category, 0)
+                outside = sum(self.table[token].values()) - inside
+                score += math.log(1 - _share(inside, count)) - math.log(1 - _share(outside, rest))
             scores[category] = score
             leanings[category] = lean
         best = max(scores, key=lambda c: scores[c])
@@ -152,6 +175,11 @@ class TokenModel:
                 for token, seen in table.items()
             },
         )
+
+
+def _share(holding: int, examples: int) -> float:
+    """The smoothed share of examples holding a word: never 0 or 1, so its log is finite."""
+    return (holding + SMOOTHING) / (examples + 2 * SMOOTHING)
 
 
 NO_WORDS = TokenModel(examples={}, table={})  # the diagnosis without the word table
