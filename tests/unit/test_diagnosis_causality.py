@@ -289,6 +289,17 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
         "...",
     ]
     assert diagnose([LogSource.from_lines("g046.log", probing)]).category is Category.Hang
+    # A Python warning printed on the first pass through a code path is no ending either.
+    warned = [
+        "Epoch 0:   0%|          | 0/410 [00:00<?, ?it/s]",
+        "/opt/torch/utils/checkpoint.py:460: UserWarning: torch.utils.checkpoint: please pass in "
+        "use_reentrant=True or use_reentrant=False explicitly.",
+        "  warnings.warn(",
+    ]
+    assert diagnose([LogSource.from_lines("train.log", warned)]).category is Category.Hang
+    # Ranks checking in, and the log ends there: the rest of the members never came.
+    waiting = [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(4)]
+    assert diagnose([LogSource.from_lines("lightning.log", waiting)]).category is Category.Hang
 
 
 def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -> None:

@@ -304,10 +304,12 @@ _TERMINAL = re.compile(
     r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
 )
 # An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose),
-# a progress bar or a training step.
+# a progress bar, a training step, or a rank checking in at start-up (Lightning's
+# "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8": a job whose last word is that waits for the
+# members that never came).
 _ORDINARY = re.compile(
     r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
-    r"\b(?:iter(?:ation)?|step|epoch)\b",
+    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+",
     re.I,
 )
 
@@ -316,7 +318,9 @@ _ORDINARY = re.compile(
 _EMPTY = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
 # NCCL probing for optional network plugins at start-up ("NET/Plugin: Failed to find
 # ncclCollNetPlugin_v4 symbol", "Plugin load (libnccl-net.so) returned 2"): routine, not a failure.
-_ROUTINE = re.compile(r"NCCL INFO NET/Plugin\s*:")
+# A Python warning ("checkpoint.py:460: UserWarning: ...", then its "  warnings.warn(" source
+# line) is printed once when a code path is first taken and says nothing of how the job ended.
+_ROUTINE = re.compile(r"NCCL INFO NET/Plugin\s*:|\.py:\d+: \w*Warning: |^\s*warnings\.warn\(")
 
 
 def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[int, str] | None:
