@@ -300,6 +300,8 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     # Ranks checking in, and the log ends there: the rest of the members never came.
     waiting = [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(4)]
     assert diagnose([LogSource.from_lines("lightning.log", waiting)]).category is Category.Hang
+    ray = [f"(BaseWorkerMixin pid=30{i}, ip=10.0.0.{i}) Device: cuda:0" for i in range(4)]
+    assert diagnose([LogSource.from_lines("ray.log", ray)]).category is Category.Hang
 
 
 def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -> None:

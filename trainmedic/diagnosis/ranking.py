@@ -304,12 +304,12 @@ _TERMINAL = re.compile(
     r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
 )
 # An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose),
-# a progress bar, a training step, or a rank checking in at start-up (Lightning's
+# a progress bar, a training step, a rank checking in at start-up (Lightning's
 # "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8": a job whose last word is that waits for the
-# members that never came).
+# members that never came), or a Ray worker's own output under its "(Name pid=N, ip=X)" prefix.
 _ORDINARY = re.compile(
     r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
-    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+",
+    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+|^\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) ",
     re.I,
 )
 
