@@ -95,16 +95,22 @@ class TokenModel:
         return sum(self.examples.values())
 
     @cached_property
-    def hallmarks(self) -> Mapping[Category, tuple[str, ...]]:
-        """Per category, the words at least HALLMARK_SHARE of its examples hold."""
-        return {
-            category: tuple(
-                token
-                for token, seen in self.table.items()
-                if seen.get(category, 0) >= max(HALLMARK_SHARE * count, 1)
-            )
-            for category, count in self.examples.items()
-        }
+    def hallmarks(self) -> Mapping[Category, Mapping[str, float]]:
+        """Per category, the words at least HALLMARK_SHARE of its examples hold, each with what
+        its absence weighs (the table's counts alone decide it: worked out once per table)."""
+        total = self.size
+        hallmarks: dict[Category, dict[str, float]] = {}
+        for category, count in self.examples.items():
+            rest = total - count
+            hallmarks[category] = {}
+            for token, seen in self.table.items():
+                inside = seen.get(category, 0)
+                if inside >= max(HALLMARK_SHARE * count, 1):
+                    outside = sum(seen.values()) - inside
+                    hallmarks[category][token] = math.log(1 - _share(inside, count)) - math.log(
+                        1 - _share(outside, rest)
+                    )
+        return hallmarks
 
     def guess(self, text: str) -> Guess | None:
         """The category the words of the text's troubled lines lean to, or None when they
@@ -129,12 +135,9 @@ class TokenModel:
                 weight = math.log(_share(inside, count)) - math.log(_share(outside, rest))
                 score += weight
                 lean.append((weight, token))
-            for token in self.hallmarks[category]:
-                if token in present:
-                    continue
-                inside = self.table[token].get(category, 0)
-                outside = sum(self.table[token].values()) - inside
-                score += math.log(1 - _share(inside, count)) - math.log(1 - _share(outside, rest))
+            for token, absent in self.hallmarks[category].items():
+                if token not in present:
+                    score += absent
             scores[category] = score
             leanings[category] = lean
         best = max(scores, key=lambda c: scores[c])
