@@ -31,10 +31,14 @@ _JSON_HOST = re.compile(
     r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
     r'|"node"\s*:\s*"(?P<json_node>[A-Za-z][A-Za-z_-]*[\d.][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
 )
+# Ray's worker prefix: "(RayWorker pid=9, ip=10.0.0.3) ", "(pid=, ip=10.0.0.3) ", "(pid=4711) " on
+# the head node, after a "# " where a report quotes it as a comment. What follows it is the
+# worker's own output.
+_RAY_WORKER = r"\((?:[\w.-]+ )?pid=\d*(?:, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3}))?\)"
+RAY_WORKER_LINE = re.compile(r"^(?:#\s*)?" + _RAY_WORKER + " ")
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
-# Ray's worker prefix ("(RayWorker pid=9, ip=10.0.0.3)", "(pid=, ip=10.0.0.3)", after a "# "
-# where a report quotes it as a comment). An error code in that place
+# Ray's worker prefix where it carries the worker's address (below). An error code in that place
 # (Ascend's "EI0002: ", "E1001: "), GCC's own programs ("collect2: error: ld returned 1") or a
 # device the kernel names ("mlx5_0: couldn't register ipoib port 1", "ib0: ", "nvme0n1: ",
 # "enp6s0f1: ") is no host.
@@ -45,7 +49,7 @@ _LABEL_PREFIX = re.compile(
     r"(?P<host>[A-Za-z][A-Za-z_-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})"
     r"(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
-    r"|^(?:#\s*)?\((?:[\w.-]+ )?pid=\d*, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\)"
+    r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + _RAY_WORKER +
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
     # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainmedic.core.models import Rival
 from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis.attribution import RAY_WORKER_LINE
 from trainmedic.diagnosis.catalogue import Role
 from trainmedic.diagnosis.scan import Hit, SourceScan
 
@@ -306,10 +307,10 @@ _TERMINAL = re.compile(
 # An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose),
 # a progress bar, a training step, a rank checking in at start-up (Lightning's
 # "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8": a job whose last word is that waits for the
-# members that never came), or a Ray worker's own output under its "(Name pid=N, ip=X)" prefix.
+# members that never came), or a Ray worker's own output (attribution.RAY_WORKER_LINE).
 _ORDINARY = re.compile(
     r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
-    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+|^\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) ",
+    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+",
     re.I,
 )
 
@@ -340,7 +341,7 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
             continue
         if any(_TERMINAL.search(line) for line in lines):
             return None
-        if not _ORDINARY.search(lines[-1]):
+        if not (_ORDINARY.search(lines[-1]) or RAY_WORKER_LINE.match(lines[-1])):
             return None
         last = (scan.index, lines[-1].strip())
     return last
