@@ -302,6 +302,17 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     assert diagnose([LogSource.from_lines("lightning.log", waiting)]).category is Category.Hang
     ray = [f"(BaseWorkerMixin pid=30{i}, ip=10.0.0.{i}) Device: cuda:0" for i in range(4)]
     assert diagnose([LogSource.from_lines("ray.log", ray)]).category is Category.Hang
+    # A short level tag ("[I]"), and a run that ends on Weights & Biases' summary: training was
+    # over and the job never got out.
+    writing = [
+        "23:05:22.723 [I] [process=0] /jax/checkpoint/write/blocking_bytes_per_sec: 847.4 MiB/s",
+        "23:05:22.727 [I] Array name: 'opt_state.1.0.nu.linear.value', global shape: (18, 16384)",
+    ]
+    assert diagnose([LogSource.from_lines("pi0.log", writing)]).category is Category.Hang
+    summary = ["wandb: Run history:", "wandb:        metrics/mAP_0.5 ▁▁▁▁▁▂▁▂▃▄▃▃▄▄▄▅▆▆▆▅▆▇▇▇"]
+    assert diagnose([LogSource.from_lines("yolo.log", summary)]).category is Category.Hang
+    written = [*summary, "wandb: ERROR Run initialization has timed out after 90.0 sec."]
+    assert diagnose([LogSource.from_lines("yolo.log", written)]).category is not Category.Hang
 
 
 def test_a_fabric_that_cannot_register_memory_is_the_network_not_host_memory() -> None:
