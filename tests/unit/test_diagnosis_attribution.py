@@ -58,6 +58,19 @@ from trainmedic.diagnosis.attribution import (
         ("mlx5_0: couldn't register ipoib port 1; error -12", None, None, None),
         ("enp6s0f1: Link is Down", None, None, None),
         ("nvme0n1: I/O error, dev nvme0n1, sector 2048", None, None, None),
+        # a row of PBS's node list names the node it is about
+        (
+            "x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat",
+            "x3014c0s19b0n0",
+            None,
+            None,
+        ),
+        (
+            "x4013c0s7b0n0,down,EXECJOB_BEGIN: RECHECK 1/40 grand mdc disconnect",
+            "x4013c0s7b0n0",
+            None,
+            None,
+        ),
     ],
 )
 def test_attribute_reads_host_rank_and_gpu_from_the_line(
@@ -95,6 +108,13 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "2020-06-15T14:41:33.52+02:00 ossw02 <kern.warning> kernel: LNet: Service thread",
             "ossw02",
         ),
+        # a syslog line as `grep -r` prints it, after the file it was found in
+        (
+            "/var/log/kern.log:Aug 18 14:30:16 ubuntu kernel: Out of memory: Killed process 604639",
+            "ubuntu",
+        ),
+        # ... while a PBS node list's row was written by whoever ran pbsnodes
+        ("x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat", None),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:

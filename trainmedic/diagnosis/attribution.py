@@ -54,16 +54,21 @@ _LABEL_PREFIX = re.compile(
     # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    # PBS's node list ("x3014c0s19b0n0   offline,resv-exclusive Xid 74 -- GPUs need reseat",
+    # "x4013c0s7b0n0,down,EXECJOB_BEGIN: ..."): the node the line is about.
+    r"|^(?P<pbs>[A-Za-z][\w-]*\d[\w.-]*)(?:\s+|,)"
+    r"(?:offline|down|state-unknown|job-exclusive|resv-exclusive)(?=[\s,])"
     # ESPnet's "[host] 2021-04-13 06:46:09,918 (trainer:273) INFO:" and "[host:0/8] ...", a
     # cloud job's "[pod-name-0] [2026-03-30 19:24:35,967] ..." (a name with a digit: "[INFO]
     # 2021-..." is a level, "[rank0] ..." a rank, no host).
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
     r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
 )
-_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "espnet")
+_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "pbs", "espnet")
 # The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
-# written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address.
-_WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host"}
+# written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address, a
+# node list's row is about its node, written elsewhere.
+_WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host", "pbs"}
 _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 # A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
 # prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
@@ -92,10 +97,11 @@ _MACHINE_LINE = re.compile(
 )
 _NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
-# or quoted after a report's own words ("Error: May 29 ..."). rsyslog templates may print the
+# or quoted after a report's own words ("Error: May 29 ..."), or after the file grep found it in
+# ("/var/log/kern.log:Aug 18 14:30:16 host kernel: ..."). rsyslog templates may print the
 # facility and priority between the host and the program ("<kern.warning>", "<4>").
 _SYSLOG_PREFIX = re.compile(
-    r"(?:^|(?<=\s))(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+"
+    r"(?:^|(?<=\s)|(?<=\.log:)|(?<=/messages:)|(?<=/syslog:))(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+"
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?!(?:node|host|hostname|localhost|server)\s)"  # a report's stand-in for the name
     r"(?P<host>[A-Za-z][\w.-]*)\s+(?:<(?:[a-z]+\.[a-z]+|\d{1,3})>\s*)?"
