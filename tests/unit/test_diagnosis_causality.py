@@ -311,6 +311,13 @@ def test_a_log_that_just_stops_is_a_hang_with_no_node_to_drain() -> None:
     assert diagnose([LogSource.from_lines("pi0.log", writing)]).category is Category.Hang
     summary = ["wandb: Run history:", "wandb:        metrics/mAP_0.5 ▁▁▁▁▁▂▁▂▃▄▃▃▄▄▄▅▆▆▆▅▆▇▇▇"]
     assert diagnose([LogSource.from_lines("yolo.log", summary)]).category is Category.Hang
+    # PyTorch loading the extension it built, and nothing after: a stale build lock it waits on.
+    loading = [
+        "Building extension module dvr...",
+        "ninja: no work to do.",
+        "Loading extension module dvr...",
+    ]
+    assert diagnose([LogSource.from_lines("train.log", loading)]).category is Category.Hang
     written = [*summary, "wandb: ERROR Run initialization has timed out after 90.0 sec."]
     assert diagnose([LogSource.from_lines("yolo.log", written)]).category is not Category.Hang
 

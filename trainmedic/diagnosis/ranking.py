@@ -305,14 +305,16 @@ _TERMINAL = re.compile(
     r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
 )
 # An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose,
-# a short "[I]" tag), a progress bar, a training step, a rank checking in at start-up
+# a short "[I]" tag), a progress bar, a training step, PyTorch loading a C++/CUDA extension it
+# built (where a stale build lock leaves it waiting), a rank checking in at start-up
 # (Lightning's "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8": a job whose last word is that
 # waits for the members that never came), Weights & Biases' run summary (printed when training
 # is over: a job that ends there stopped on its way out), or a Ray worker's own output
 # (attribution.RAY_WORKER_LINE).
 _ORDINARY = re.compile(
     r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
-    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+|\[(?-i:[IDV])\] |(?:^|\]:)wandb: ",
+    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+|\[(?-i:[IDV])\] |(?:^|\]:)wandb: |"
+    r"^Loading extension module [\w.-]+\.\.\.$",
     re.I,
 )
 
