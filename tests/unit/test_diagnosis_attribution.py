@@ -58,6 +58,9 @@ from trainmedic.diagnosis.attribution import (
         ("mlx5_0: couldn't register ipoib port 1; error -12", None, None, None),
         ("enp6s0f1: Link is Down", None, None, None),
         ("nvme0n1: I/O error, dev nvme0n1, sector 2048", None, None, None),
+        # ... and a NIC's PCI address is no GPU
+        ("cxi_core 0000:c0:00.0: cxi2[hsn2]: C_EC_UNCOR_NS: C_IXE error", None, None, None),
+        ("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", None, None, "0000:3b:00"),
         # a row of PBS's node list names the node it is about
         (
             "x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat",

@@ -112,6 +112,12 @@ _GPU = re.compile(
     r"\bGPU\s*(?P<gpu>\d{1,2})(?![\d:.])|device ordinal (?P<ordinal>\d+)|cuda:(?P<cuda>\d+)"
 )
 _PCI = re.compile(r"\b(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
+# The kernel names a device by its driver, then its PCI address: a NIC's or a disk's line
+# ("mlx5_core 0000:5c:00.0: ...", "cxi_core 0000:c0:00.0: ...") places no GPU.
+_OTHER_DEVICE = re.compile(
+    r"\b(?:mlx\d_core|cxi_core|bnxt_en|ixgbe|i40e|ice|igb|e1000e|nvme|ahci|efa|irdma|ionic|hfi1)"
+    r" [0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:"
+)
 _ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
 
 
@@ -131,7 +137,7 @@ def attribute(text: str) -> Attribution:
         gpu_match = _GPU.search(text)
         if gpu_match:
             gpu = next(v for v in gpu_match.groups() if v is not None)
-        else:
+        elif not _OTHER_DEVICE.search(text):
             pci_match = _PCI.search(text)
             gpu = pci_match.group("pci") if pci_match else None
     return host, rank, gpu, _timestamp(text)
