@@ -99,16 +99,15 @@ class TokenModel:
         """Per category, the words at least HALLMARK_SHARE of its examples hold, each with what
         its absence weighs (the table's counts alone decide it: worked out once per table)."""
         total = self.size
-        hallmarks: dict[Category, dict[str, float]] = {}
-        for category, count in self.examples.items():
-            rest = total - count
-            hallmarks[category] = {}
-            for token, seen in self.table.items():
-                inside = seen.get(category, 0)
-                if inside >= max(HALLMARK_SHARE * count, 1):
-                    outside = sum(seen.values()) - inside
+        needed = {c: max(HALLMARK_SHARE * count, 1) for c, count in self.examples.items()}
+        hallmarks: dict[Category, dict[str, float]] = {category: {} for category in needed}
+        for token, seen in self.table.items():
+            held = sum(seen.values())
+            for category, inside in seen.items():
+                if category in needed and inside >= needed[category]:
+                    count = self.examples[category]
                     hallmarks[category][token] = math.log(1 - _share(inside, count)) - math.log(
-                        1 - _share(outside, rest)
+                        1 - _share(held - inside, total - count)
                     )
         return hallmarks
 
