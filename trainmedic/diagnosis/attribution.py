@@ -54,6 +54,10 @@ _LABEL_PREFIX = re.compile(
     # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
+    # signal ***", "[node7:01501] Signal: Segmentation fault (11)", "[node7:01501] [ 0] ...".
+    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<ompi>[A-Za-z][\w.-]*):\d+\] "
+    r"(?=\*\*\* |Signal(?: code)?: |Failing at address|\[ ?\d+\] )"
     # PBS's node list ("x3014c0s19b0n0   offline,resv-exclusive Xid 74 -- GPUs need reseat",
     # "x4013c0s7b0n0,down,EXECJOB_BEGIN: ..."): the node the line is about.
     r"|^(?P<pbs>[A-Za-z][\w-]*\d[\w.-]*)(?:\s+|,)"
@@ -64,7 +68,7 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
     r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
 )
-_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "pbs", "espnet")
+_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "ompi", "pbs", "espnet")
 # The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
 # written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address, a
 # node list's row is about its node, written elsewhere.
