@@ -118,6 +118,10 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         ),
         # ... while a PBS node list's row was written by whoever ran pbsnodes
         ("x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat", None),
+        # Open MPI's signal handler names the rank's machine; a rank tag in brackets does not
+        ("[bc-gpu1:01501] *** Process received signal ***", "bc-gpu1"),
+        ("[bc-gpu1:01501] Signal: Segmentation fault (11)", "bc-gpu1"),
+        ("[rank0:3] Signal: Segmentation fault (11)", None),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:
