@@ -128,14 +128,15 @@ def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str
     assert writer(line) == expected
 
 
-def test_shell_prompts_name_the_host_and_skip_containers() -> None:
+def test_shell_prompts_name_the_host_or_container_and_skip_localhost() -> None:
     body = (
         b"(base) alice@gpu-03:~$ nvidia-smi\n"
         b"No devices were found\n"
         b"root@3f2a9c1b7d4e:/workspace# python train.py\n"
         b"[bob@login1 ~]$ ssh gpu-2-5 nvidia-smi\n"
+        b"carol@localhost:~$ python train.py\n"
     )
-    assert shell_prompts(body) == [(0, "gpu-03"), (3, "gpu-2-5")]
+    assert shell_prompts(body) == [(0, "gpu-03"), (2, "3f2a9c1b7d4e"), (3, "gpu-2-5")]
 
 
 def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:

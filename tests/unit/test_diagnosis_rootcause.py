@@ -246,7 +246,8 @@ def test_line_prefix_hosts() -> None:
 
 def test_a_shell_prompt_names_the_host_of_the_lines_after_it() -> None:
     """A session pasted from two nodes: each line belongs to the prompt above it, not to the
-    first one, and a container's id or localhost in a prompt names no node."""
+    first one; localhost in a prompt names no node, nor a container's id where the file names
+    the node, but a container's id is the machine's only name in a pasted report."""
 
     def host(name: str, lines: list[str]) -> str:
         return (diagnose([LogSource.from_lines(name, lines)]).root_cause_host or "").split()[0]
@@ -263,6 +264,7 @@ def test_a_shell_prompt_names_the_host_of_the_lines_after_it() -> None:
     for prompt in ("root@3f2a9c8e1b7d:/workspace# ", "user@localhost:~$ "):
         lines = [prompt + "dmesg", xid]
         assert host("node7.log", lines) == "node7"
+    assert host("report.txt", ["root@3f2a9c8e1b7d:/workspace# dmesg", xid]) == "3f2a9c8e1b7d"
     # The line's own prefix still wins over the shell it was printed in.
     lines = ["root@login1:~# pdsh -w gpu[1-2] dmesg", f"gpu2: {xid}"]
     assert host("out.txt", lines) == "gpu2"

@@ -76,11 +76,13 @@ _WRITER_GROUPS = frozenset(_HOST_GROUPS) - {"host", "pbs"}
 _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 # A shell prompt ("root@node1:~# ", "[user@gpu-03 ~]$ "): the lines after it, up to the next
 # prompt, were printed on that host (a session pasted into a bug report, one ssh per node).
-# Not a container's default name (12 hex digits, the container, not the node) or localhost.
+# A container's default name (12 hex digits) counts, as in NCCL's prefix, where it is the only
+# name the log gives the machine (acting on it needs it in the inventory); never localhost.
 # A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
 # zsh's ends in "%": "user@cn-234 ~ % ".
 _SHELL_PROMPT = re.compile(
-    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*)[: ][^\n#$%]{0,160}?\]?[#$%] "
+    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}(?=[: ]))"
+    rb"[: ][^\n#$%]{0,160}?\]?[#$%] "
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
     re.MULTILINE,
@@ -99,7 +101,8 @@ _MACHINE_LINE = re.compile(
     r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-"
     r"|^#\s+Rank\s+\d+ (?:Group\s+\d+ )?Pid\s+\d+ on\s+(?P<rank_host>[A-Za-z][\w.-]*) device\b"
 )
-_NOT_A_NODE = re.compile(r"^(?:[0-9a-f]{12}|localhost)$")
+_NOT_A_NODE = re.compile(r"^localhost$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
 # or quoted after a report's own words ("Error: May 29 ..."), or after the file grep found it in
 # ("/var/log/kern.log:Aug 18 14:30:16 host kernel: ..."). rsyslog templates may print the
@@ -174,15 +177,17 @@ def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
     return None
 
 
-def shell_prompts(body: bytes) -> list[tuple[int, str]]:
-    """(line offset in ``body``, host) of every shell prompt naming a node."""
+def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, str]]:
+    """(line offset in ``body``, host) of every shell prompt naming a node; ``containers=False``
+    skips a container's default name, for a log whose node is known otherwise (its file's)."""
     found = []
     lines = _LineCounter(body)
     for match in _SHELL_PROMPT.finditer(body):
         named = match.group("ssh") or match.group("host")
         host = named.decode("ascii", "replace").lower().rstrip(".")
-        if not _NOT_A_NODE.match(host):
-            found.append((lines.at(match.start()), host))
+        if _NOT_A_NODE.match(host) or (not containers and _CONTAINER_ID.match(host)):
+            continue
+        found.append((lines.at(match.start()), host))
     return found
 
 

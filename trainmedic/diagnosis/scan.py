@@ -172,7 +172,9 @@ class _Scanner:
         # for only where an "@" is, and where a flagged template holds "ray::" (an anchor) or
         # the block before ended inside a Ray traceback: searching every block for headers
         # would cost a tenth of a quiet scan.
-        shells = shell_prompts(body) if b"@" in body else []
+        # A container's id in a prompt names the machine only when the file names none.
+        known = bool(self.result.source.host)
+        shells = shell_prompts(body, containers=not known) if b"@" in body else []
         prompts: list[tuple[int, str | None]] = list(shells)
         has_headers = any(b"ray::" in template for template in flagged)
         if has_headers or self.ray_open is not None:
