@@ -154,6 +154,10 @@ def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
     assert diagnosis.category.value == "CUDAError"
     assert diagnosis.root_cause_host == "10.138.0.27"
     assert ray_task_scopes(b"ray::main_task() failed\n")[0] == []
+    # Ray's colour codes around the task's name, kept or with the escape character lost
+    for colour in (b"\x1b[39m", b"[39m", b"#033[39m"):
+        coloured = body.replace(b"() (pid", b"()" + colour + b" (pid")
+        assert ray_task_scopes(coloured)[0] == [(0, "10.138.0.27", 4)]
     two = b"x\n" + body + b"\ny\n" + body
     assert ray_task_scopes(two)[0] == [(1, "10.138.0.27", 4), (6, "10.138.0.27", 10)]
     # The driver's own error after the traceback is not the Ray node's.

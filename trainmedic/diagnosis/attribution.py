@@ -92,8 +92,10 @@ _SHELL_PROMPT = re.compile(
 RAY_TRACEBACK_LINES = 200
 # A blank line, or a block that starts with one (where a carried traceback ends at once).
 _BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t]*(?=\n)")
+# Ray colours the task's name: the escape may be kept, escaped by syslog ("#033"), or lost.
 _RAY_TASK_HEADER = re.compile(
-    rb"ray::[\w.<>]+\(\) \(pid=\d+, ip=(?P<host>\d{1,3}(?:\.\d{1,3}){3})[,)]"
+    rb"ray::[\w.<>]+\(\)(?:(?:\x1b|#033)?\[\d+m)? "
+    rb"\(pid=\d+, ip=(?P<host>\d{1,3}(?:\.\d{1,3}){3})[,)]"
 )
 # `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...";
 # nccl-tests' header names each rank's: "#  Rank  0 Group  0 Pid  21284 on gpu-3 device  0".
