@@ -103,7 +103,7 @@ _MACHINE_LINE = re.compile(
     r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-"
     r"|^#\s+Rank\s+\d+ (?:Group\s+\d+ )?Pid\s+\d+ on\s+(?P<rank_host>[A-Za-z][\w.-]*) device\b"
 )
-_NOT_A_NODE = re.compile(r"^localhost$")
+_NOT_A_NODE = "localhost"
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", a Chinese locale's "4月 28 ..."), at the start
 # or quoted after a report's own words ("Error: May 29 ..."), or after the file grep found it in
@@ -163,7 +163,7 @@ def writer(text: str) -> str | None:
     machine = _MACHINE_LINE.match(text)
     if machine:
         host = (machine["host"] or machine["rank_host"]).lower()
-        return None if _NOT_A_NODE.match(host) else host
+        return None if host == _NOT_A_NODE else host
     return None
 
 
@@ -187,7 +187,7 @@ def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, st
     for match in _SHELL_PROMPT.finditer(body):
         named = match.group("ssh") or match.group("host")
         host = named.decode("ascii", "replace").lower().rstrip(".")
-        if _NOT_A_NODE.match(host) or (not containers and _CONTAINER_ID.match(host)):
+        if host == _NOT_A_NODE or (not containers and _CONTAINER_ID.match(host)):
             continue
         found.append((lines.at(match.start()), host))
     return found
