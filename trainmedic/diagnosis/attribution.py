@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from trainmedic.diagnosis.envelope import named_part
+
 __all__ = [
     "Attribution",
     "attribute",
@@ -81,7 +83,9 @@ _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 # A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
 # zsh's ends in "%": "user@cn-234 ~ % ".
 _SHELL_PROMPT = re.compile(
-    rb"^(?:\([\w.-]+\) )?\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}(?=[: ]))"
+    # (indented or quoted in a report, as a whole block)
+    rb"^[ \t]*(?:>[ \t]?)?(?:\([\w.-]+\) )?"
+    rb"\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}(?=[: ]))"
     rb"[: ][^\n#$%]{0,160}?\]?[#$%] "
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
     rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
@@ -160,7 +164,7 @@ def writer(text: str) -> str | None:
         if group in _WRITER_GROUPS or match.re is not _LABEL_PREFIX or _IP.fullmatch(host):
             return host
         return None
-    machine = _MACHINE_LINE.match(text)
+    machine = _MACHINE_LINE.match(text) or _MACHINE_LINE.match(named_part(text) or "")
     if machine:
         host = (machine["host"] or machine["rank_host"]).lower()
         return None if host == _NOT_A_NODE else host
@@ -168,7 +172,8 @@ def writer(text: str) -> str | None:
 
 
 def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
-    """The first prefix naming the host that wrote a line: (match, group, host in lower case)."""
+    """The first prefix naming the host that wrote a line: (match, group, host in lower case).
+    A launcher's label may come after a timestamp, a level or a tag (``envelope.named_part``)."""
     for prefix in (_NCCL_PREFIX, _SYSLOG_PREFIX, _LABEL_PREFIX, _JSON_HOST):
         match = prefix.search(text)
         if match:
@@ -176,7 +181,8 @@ def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
                 (k, v) for k, v in match.groupdict().items() if k in _HOST_GROUPS and v
             )
             return match, group, host.lower()
-    return None
+    inner = named_part(text)
+    return _line_prefix(inner) if inner else None
 
 
 def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ import ahocorasick
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
+from trainmedic.diagnosis.envelope import anchored
 from trainmedic.diagnosis.xid import (
     XidEntry,
     load_xid_catalogue,
@@ -105,30 +106,34 @@ def byte_automaton(words: Iterable[bytes]) -> ahocorasick.Automaton | None:
 
 @dataclass(frozen=True)
 class Prefilter:
-    """Whether a masked template holds one of the ``[prefilter].anchors``.
-
-    ``re`` tries each branch of an alternation at each position, so one regex of two hundred
-    anchors costs tens of microseconds a line: on a noisy log, with thousands of distinct
-    templates, that was a third of the time. The anchors that are plain text (most of them)
-    are found by one Aho-Corasick pass instead; only the few real regexes run as ``re``.
-    """
+    """Whether a masked template holds one of the ``[prefilter].anchors``. ``re`` tries each
+    branch of an alternation at each position, so one regex of two hundred anchors costs tens
+    of microseconds a line: on a noisy log, with thousands of distinct templates, a third of
+    the time. The anchors that are plain text (most of them) are found by one Aho-Corasick
+    pass instead; only the few real regexes run as ``re``."""
 
     anchors: tuple[str, ...]
     _texts: ahocorasick.Automaton | None = field(init=False, repr=False, compare=False)
     _regexes: re.Pattern[bytes] | None = field(init=False, repr=False, compare=False)
+    _starts: re.Pattern[bytes] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        texts = [a.encode() for a in self.anchors if not _REGEX_SYNTAX.intersection(a)]
         regexes = [a for a in self.anchors if _REGEX_SYNTAX.intersection(a)]
-        object.__setattr__(self, "_texts", byte_automaton(texts))
-        compiled = re.compile("|".join(f"(?:{a})" for a in regexes).encode()) if regexes else None
-        object.__setattr__(self, "_regexes", compiled)
+        object.__setattr__(
+            self, "_texts", byte_automaton(a.encode() for a in self.anchors if a not in regexes)
+        )
+        for name, chosen in (("_regexes", regexes), ("_starts", list(filter(anchored, regexes)))):
+            joined = "|".join(f"(?:{a})" for a in chosen).encode()
+            object.__setattr__(self, name, re.compile(joined) if chosen else None)
 
     def search(self, template: bytes) -> bool:
-        if self._texts is not None:
-            for _ in self._texts.iter(template.decode("latin-1")):
-                return True
+        if self._texts is not None and next(self._texts.iter(template.decode("latin-1")), None):
+            return True
         return self._regexes is not None and self._regexes.search(template) is not None
+
+    def search_starts(self, template: bytes) -> bool:
+        """Whether an anchor tied to a line's start matches (the template of a message)."""
+        return self._starts is not None and self._starts.search(template) is not None
 
 
 @dataclass(frozen=True)

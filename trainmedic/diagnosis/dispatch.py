@@ -12,6 +12,10 @@ top-level alternatives and each is read once (:mod:`trainmedic.diagnosis.regex_f
   unless their digit-relaxed twin already misses the masked line (then no real line of that
   form can match: cached too).
 
+A line is matched as it is and, where it has one, as the message inside its envelope
+(:mod:`trainmedic.diagnosis.envelope`: a timestamp, a launcher's tag, colours, a JSON field):
+a signature anchored at a message's start sees past the prefix.
+
 Only *which* signatures match is cached: a hit (host, rank, GPU, excerpt) always comes from
 running the matched signature on the real line.
 """
@@ -26,6 +30,7 @@ from functools import cache
 import ahocorasick
 
 from trainmedic.diagnosis.catalogue import MASK, Signature, byte_automaton
+from trainmedic.diagnosis.envelope import CONTROL_SEQUENCE, anchored, messages
 from trainmedic.diagnosis.regex_facts import (
     NON_ASCII_FOLDS,
     analyse,
@@ -33,7 +38,14 @@ from trainmedic.diagnosis.regex_facts import (
     split_alternatives,
 )
 
-__all__ = ["DIGITS", "Dispatch", "Verdict", "dispatch_template", "line_text"]
+__all__ = [
+    "DIGITS",
+    "Dispatch",
+    "Verdict",
+    "dispatch_template",
+    "line_text",
+    "searches",
+]
 
 # ASCII digits to "0", nothing else: the key of the verdict cache.
 DIGITS = bytes(ord("0") if 0x30 <= b <= 0x39 else b for b in range(256))
@@ -53,15 +65,43 @@ Verdict = tuple[tuple[Signature, tuple[re.Pattern[str], ...] | None], ...]
 def line_text(raw: bytes) -> str:
     """A raw log line as the signatures see it."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    if "\x1b" in text or "#" in text:
+        text = CONTROL_SEQUENCE.sub("", text)
     # Progress bars redraw with \r: the last frame is what was printed.
     return text.replace("\r", " ") if "\r" in text else text
+
+
+def searches(
+    regex: re.Pattern[str],
+    text: str,
+    inner: tuple[str, ...],
+    *,
+    like: re.Pattern[str] | None = None,
+) -> tuple[re.Match[str], str] | None:
+    """The regex's match in the whole line, else in the first of its messages inside its
+    envelope (``envelope.messages``) it matches in: (match, the text matched).
+
+    A message is searched only by a regex tied to where a line starts (``^``): any other
+    that missed the line misses its end too, unless the envelope changed the inside (JSON's
+    escapes). And one that looks behind a match ("Cuda failure" not after "NCCL WARN")
+    must see what the line really has there. ``like``: the regex whose anchoring counts (a
+    digit-relaxed twin's is its original's)."""
+    found = regex.search(text)
+    if found is not None:
+        return found, text
+    if inner and (anchored((like or regex).pattern) or not text.endswith(inner[0])):
+        for message in inner:
+            found = regex.search(message)
+            if found is not None:
+                return found, message
+    return None
 
 
 def dispatch_template(key: bytes) -> bytes:
     """What required factors are looked for in: the line as its text reads (a "\\r" inside it
     is a space), lowercased with its digits as 0, the four non-ASCII case partners of i, s, k
     folded."""
-    if key.isascii():
+    if key.isascii() and b"\x1b" not in key and b"#" not in key:
         return key.translate(MASK).replace(b"\r", b" ")
     text = line_text(key).translate(NON_ASCII_FOLDS)
     return text.encode("utf-8", "surrogateescape").translate(MASK)
@@ -75,6 +115,7 @@ class _Alternative:
     # Not blind: a blind regex that matches wherever ``regex`` does (None: none known).
     relaxed: re.Pattern[str] | None
     required: tuple[frozenset[bytes], ...]  # every set must be met; the first is indexed
+    anchored: bool  # tied to a line's start: tried on the messages inside its envelope too
 
 
 @dataclass(frozen=True)
@@ -101,7 +142,11 @@ def _tables(signatures: tuple[Signature, ...]) -> _Tables:
             facts = analyse(regex.pattern, regex.flags)
             required = tuple(r for r in facts.required if all(map(_selective, r)))
             relaxed = None if facts.digit_blind else digit_relaxed(regex.pattern, regex.flags)
-            alternatives.append(_Alternative(index, regex, facts.digit_blind, relaxed, required))
+            alternatives.append(
+                _Alternative(
+                    index, regex, facts.digit_blind, relaxed, required, anchored(regex.pattern)
+                )
+            )
     by_factor: dict[bytes, list[int]] = {}
     for number, alternative in enumerate(alternatives):
         for factor in alternative.required[0] if alternative.required else ():
@@ -145,12 +190,17 @@ class Dispatch:
             return set()
         return {factor for _, factor in finder.iter(template.decode("latin-1"))}
 
-    def candidates(self, key: bytes) -> list[int]:
-        """The alternatives (in catalogue order) whose required factors the line holds."""
+    def candidates(self, key: bytes, inner: tuple[str, ...] = ()) -> list[int]:
+        """The alternatives (in catalogue order) whose required factors the line holds, or
+        one of its messages ``inner`` does (``envelope.messages``)."""
         tables = self.tables
         template = dispatch_template(key)
         chosen = set(tables.always)
         found = self.present(template)
+        # The outermost message holds every factor the others do; where it is the line's end
+        # (only a prefix went), every factor it holds the line holds too.
+        if inner and not key.endswith(outer := inner[0].encode("utf-8", "surrogateescape")):
+            found |= self.present(dispatch_template(outer))
         for factor in found:
             for number in tables.by_factor.get(factor, ()):
                 if number not in chosen and all(
@@ -161,20 +211,29 @@ class Dispatch:
         return sorted(chosen)
 
     def _judge(self, key: bytes) -> Verdict:
-        text: str | None = None
+        text = line_text(key)
+        # Its messages: at once where JSON may hold factors the line's text does not show,
+        # else only once a regex tied to a message's start missed the whole line.
+        inner = messages(text) if "{" in text else None
         sure: set[int] = set()
         unsure: dict[int, list[re.Pattern[str]]] = {}
-        for number in self.candidates(key):
+        for number in self.candidates(key, inner or ()):
             alternative = self.tables.alternatives[number]
             if alternative.signature in sure:
                 continue
-            if text is None:
-                text = line_text(key)
-            if not alternative.blind:
-                if alternative.relaxed is None or alternative.relaxed.search(text):
-                    unsure.setdefault(alternative.signature, []).append(alternative.regex)
+            regex = alternative.regex if alternative.blind else alternative.relaxed
+            if regex is None:  # no twin: the real line decides
+                unsure.setdefault(alternative.signature, []).append(alternative.regex)
                 continue
-            if alternative.regex.search(text):
+            found = regex.search(text) is not None
+            if not found and (inner or alternative.anchored):
+                inner = messages(text) if inner is None else inner
+                found = searches(regex, text, inner, like=alternative.regex) is not None
+            if not found:
+                continue
+            if not alternative.blind:
+                unsure.setdefault(alternative.signature, []).append(alternative.regex)
+            else:
                 sure.add(alternative.signature)
                 unsure.pop(alternative.signature, None)
         return tuple(

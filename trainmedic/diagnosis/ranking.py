@@ -19,6 +19,7 @@ from trainmedic.core.models import Rival
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.attribution import RAY_WORKER_LINE
 from trainmedic.diagnosis.catalogue import Role
+from trainmedic.diagnosis.envelope import messages
 from trainmedic.diagnosis.scan import Hit, SourceScan
 
 __all__ = [
@@ -339,16 +340,26 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
         lines = [
             line
             for line in scan.tail
-            if line.strip() and not _EMPTY.match(line) and not _ROUTINE.search(line)
+            if _said(line).strip() and not _EMPTY.match(_said(line)) and not _ROUTINE.search(line)
         ]
         if not lines:
             continue
         if any(_TERMINAL.search(line) for line in lines):
             return None
-        if not (_ORDINARY.search(lines[-1]) or RAY_WORKER_LINE.match(lines[-1])):
+        if not any(
+            _ORDINARY.search(text) or RAY_WORKER_LINE.match(text)
+            for text in (lines[-1], *messages(lines[-1]))
+        ):
             return None
         last = (scan.index, lines[-1].strip())
     return last
+
+
+def _said(line: str) -> str:
+    """What the line says, without the envelope (a timestamp, a launcher's tag: a cut line
+    "3: ..." is still a cut)."""
+    inner = messages(line)
+    return inner[-1] if inner else line
 
 
 def locations(hits: Sequence[Hit]) -> list[str]:

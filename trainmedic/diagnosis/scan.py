@@ -24,7 +24,8 @@ from trainmedic.diagnosis.attribution import (
     writer,
 )
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
-from trainmedic.diagnosis.dispatch import Dispatch, line_text
+from trainmedic.diagnosis.dispatch import Dispatch, line_text, searches
+from trainmedic.diagnosis.envelope import CONTROL_SEQUENCE, message_templates, messages
 from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
 from trainmedic.diagnosis.sources import LogSource
 
@@ -155,7 +156,10 @@ class _Scanner:
         self._finish_hits()
         self._finish_loss()
         tail = last_body[-(64 << 10) :].decode("utf-8", "replace").splitlines()
-        self.result.tail = tail[-TAIL_LINES:]
+        self.result.tail = [
+            CONTROL_SEQUENCE.sub("", line) if "\x1b" in line or "#" in line else line
+            for line in tail[-TAIL_LINES:]
+        ]
         head = [line_text(raw) for raw in self.head or []]
         self.result.writers.update(w for w in map(writer, head + self.result.tail) if w)
         if self.result.source.host:
@@ -166,7 +170,7 @@ class _Scanner:
             self.head = body[: 64 << 10].split(b"\n", HEAD_LINES)[:HEAD_LINES]
         masked_lines = body.translate(MASK).split(b"\n")
         templates = set(masked_lines)
-        flagged = {t for t in templates if self.prefilter(t)}
+        flagged = {t for t in templates if self.prefilter(t) or self._message_flagged(t)}
         # (line offset, host) where the host the lines were printed on changes, in order: a
         # shell prompt, a Ray task's error header and the end of its traceback. Rare, so looked
         # for only where an "@" is, and where a flagged template holds "ray::" (an anchor) or
@@ -196,6 +200,16 @@ class _Scanner:
             self.result.writers.update(host for _, host in shells)
         self._collect_loss(body, first_line)
         return first_line + len(masked_lines) - 1
+
+    def _message_flagged(self, template: bytes) -> bool:
+        """Whether the message inside the template's envelope holds an anchor: only the
+        anchors tied to a message's start can newly match where the envelope was a prefix
+        alone (every other anchor was in the whole template already)."""
+        prefilter = self.catalogue.prefilter
+        return any(
+            prefilter.search(inner) if inside else prefilter.search_starts(inner)
+            for inner, inside in message_templates(template)
+        )
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:
         before = self.last_scale
@@ -236,13 +250,17 @@ class _Scanner:
 
     def _match_line(self, raw: bytes, line_no: int) -> None:
         text: str | None = None
+        inner: tuple[str, ...] | None = None  # its messages, worked out only when needed
         buckets = self.result.buckets
         for signature, alternatives in self.dispatch.verdict(raw):
             if alternatives is not None:
                 if text is None:
                     text = line_text(raw)
                 if not any(r.search(text) for r in alternatives):
-                    continue
+                    if inner is None:
+                        inner = messages(text)
+                    if not any(searches(r, text, inner) for r in alternatives):
+                        continue
             bucket = buckets.get(signature.id)
             if bucket is None:
                 bucket = buckets[signature.id] = _Bucket()
@@ -263,9 +281,14 @@ class _Scanner:
         self, signature: Signature, raw: bytes, line_no: int, prompt_host: str | None = None
     ) -> Hit:
         text = line_text(raw)
-        match = signature.regex.search(text)
-        if match is None:  # the verdict said it matches: a bug, never a silent miss
+        found = signature.regex.search(text)
+        # else the message inside the line's envelope matches
+        searched = (
+            (found, text) if found is not None else searches(signature.regex, text, messages(text))
+        )
+        if searched is None:  # the verdict said it matches: a bug, never a silent miss
             raise AssertionError(f"{signature.id} judged to match line {line_no} but does not")
+        match, matched = searched
         if self.attribution is None or self.attribution[0] != line_no:
             self.attribution = (line_no, attribute(text))
         host, rank, gpu, timestamp = self.attribution[1]
@@ -289,7 +312,8 @@ class _Scanner:
             source_index=self.result.index,
             file=source.name,
             line=line_no,
-            text=_excerpt(text, match.start()),
+            # the whole line where it is short: its prefix says who wrote it and when
+            text=text if len(text) <= MAX_EVIDENCE_TEXT else _excerpt(matched, match.start()),
             # The line's own prefix, else the shell it was printed in, else the file's name.
             host=host if host is not None or signature.witness else prompt_host or source.host,
             rank=rank if rank is not None or signature.witness else source.rank,

@@ -1,0 +1,146 @@
+"""A log line's message without the envelope its path to the reader wrapped it in.
+
+Between a training script's ``print`` and the file an on-call engineer reads, a line picks up
+prefixes and escapes: a timestamp (the logging module's, journald's, a log shipper's), a log
+level, ``srun --label``'s task number, ``mpirun --tag-output``'s ``[1,3]<stderr>:``,
+torchrun's ``[rank3]:``, pdsh's ``node7:``, glog's ``E0813 06:19:49.809 161210 api.py:869]``,
+a console's colour codes, a container runtime's JSON (``{"log": "...", "stream": "stderr"}``),
+or a bug report's quote mark. Signatures anchored at the start of a message
+("Traceback", "Thread 0x... (most recent call first)", "Killed") do not see it behind them.
+
+``message`` strips them, in any order and number, so a signature can be tried on the message
+as well as on the whole line (the line first: some signatures read the prefix, pdsh's host or
+srun's node). The prefix itself is never dropped from what the line tells: who wrote it and
+when are read from the whole line (``attribution``).
+
+Every rule here is digit-blind (a digit is matched by ``\\d`` only, never by itself), so the
+message of a line with its digits masked to ``0`` is the masked message: verdicts cached per
+masked line (``dispatch``) stay true of the real one. For the same reason a JSON envelope whose
+text holds ``\\u`` escapes (digits inside an escape) is left whole.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+__all__ = ["CONTROL_SEQUENCE", "anchored", "message_templates", "messages", "named_part"]
+
+# A terminal's control sequences (colours, mostly), as written or as rsyslog escapes them
+# ("#033[31m"; any digits there: every rule here is digit-blind): never part of what a line
+# says, so stripped from every line before anything reads it (``dispatch.line_text``).
+CONTROL_SEQUENCE = re.compile(r"(?:\x1b|#\d{3})\[[\d;?]*[A-Za-z]")
+_CONTROL_TEMPLATE = re.compile(CONTROL_SEQUENCE.pattern.encode(), re.IGNORECASE)
+_TIME = r"\d\d:\d\d:\d\d(?:[.,]\d+)?"
+_PARTS = (
+    r"\s*>(?:[ \t]|$)",  # a report's quote mark
+    # ISO dates, with or without brackets, zone, a separator after: "2025-03-04T05:06:07Z ",
+    # "[2025-03-04 05:06:07,123] ", "2025/03/04 05:06:07 " (Go's log), "(2025-...) ".
+    r"[\[(]?\d{4}[-/]\d\d[-/]\d\d[T ]" + _TIME + r"(?:Z|[+-]\d\d:?\d\d| ?[A-Z]{3})?[\])]?"
+    r"(?: ?[|:-])?[ \t]",
+    r"[\[(]?" + _TIME + r"[\])]?(?: ?[|:-])?[ \t]",  # a time of day alone
+    r"[IWEF]\d{4} " + _TIME + r"\s+\d+ [\w./-]+:\d+\][ \t]?",  # glog / absl
+    r"\[\d+,\d+\]<std(?:out|err)>:\s?",  # mpirun --tag-output
+    r"\[(?:rank|default)?\d+\]:\s?",  # torchrun's --tee / log prefix
+    r"\d+: ",  # srun --label
+    # a log level, bracketed or not, then a separator: "INFO ", "[ERROR] ", "WARNING: "
+    r"[\[<]?(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|CRIT|FATAL)[\]>]?"
+    r"(?: ?[|:-])?[ \t]",
+)
+# pdsh / DeepSpeed's runner: a machine's name (a digit in it) or address, then ": "
+_HOST = r"(?:[A-Za-z][\w-]*\d[\w.-]*|\d{1,3}(?:\.\d{1,3}){3}): "
+
+
+def _prefixes(parts: tuple[str, ...]) -> str:
+    # Any of them, in any number, after a report's indentation of the whole block; the
+    # indentation alone too. The message's own indentation after them is kept (a Python
+    # traceback's source lines are indented).
+    return r"^(?:[ \t]*(?:" + "|".join(f"(?:{part})" for part in parts) + r")+|[ \t]+(?=\S))"
+
+
+# The kernel's and syslog's prefixes are not among them: a kernel line is the kernel's own
+# words, never a program's output a signature anchored at its start is written for (and a
+# device's name after the kernel's time, "ata3: ", is no writer's).
+_PREFIX = re.compile(_prefixes((*_PARTS, _HOST)))
+# The prefixes that name no one: what is left starts with the writer's name, if any.
+_ANONYMOUS = re.compile(_prefixes(_PARTS))
+# The level and syslog month are upper case in a real line, lower case in a masked template.
+_PREFIX_TEMPLATE = re.compile(_PREFIX.pattern.encode(), re.IGNORECASE)
+_ANONYMOUS_TEMPLATE = re.compile(_ANONYMOUS.pattern.encode(), re.IGNORECASE)
+# A container runtime's or a shipper's JSON line: the text is its "log" / "message" field.
+_JSON = re.compile(r'^\s*\{.*?"(?:log|message|msg|MESSAGE)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_JSON_TEMPLATE = re.compile(_JSON.pattern.encode())
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "", "f": "", '"': '"', "\\": "\\", "/": "/"}
+_ESCAPE = re.compile(r"\\([ntrbf\"\\/])")
+_ESCAPE_TEMPLATE = re.compile(_ESCAPE.pattern.encode())
+
+
+def messages(text: str) -> tuple[str, ...]:
+    """The messages a line carries inside its envelope, outermost first: out of its JSON,
+    past the prefixes that name no one (a writer's name kept: some signatures read
+    it), then past that name too. Empty where the line has no envelope."""
+    found: list[str] = []
+    inner = _unpacked(text)
+    if inner != text:
+        found.append(inner)
+    anonymous = _ANONYMOUS.match(inner)
+    if anonymous is not None:
+        inner = inner[anonymous.end() :]
+        found.append(inner)
+    named = _PREFIX.match(inner)
+    if named is not None:
+        found.append(inner[named.end() :])
+    return tuple(found)
+
+
+def named_part(text: str) -> str | None:
+    """The line from where a prefix naming its writer may start (past the timestamps, levels,
+    tags, colours and JSON around it); None where nothing is around it."""
+    inner = _unpacked(text)
+    anonymous = _ANONYMOUS.match(inner)
+    if anonymous is not None:
+        inner = inner[anonymous.end() :]
+    return inner if inner != text else None
+
+
+def _unpacked(text: str) -> str:
+    """The text out of its JSON envelope."""
+    if "{" in text and '"' in text:
+        envelope = _JSON.match(text)
+        if envelope is not None and "\\u" not in envelope.group(1):
+            return _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)], envelope.group(1)).rstrip("\n")
+    return text
+
+
+def message_templates(template: bytes) -> tuple[tuple[bytes, bool], ...]:
+    """``messages`` of a masked template (lowercased, digits as ``0``), each with whether
+    anything inside the line changed, not only its start (its colours, its JSON)."""
+    found: list[tuple[bytes, bool]] = []
+    inner = template
+    if b"{" in inner and b'"' in inner:
+        envelope = _JSON_TEMPLATE.match(inner)
+        if envelope is not None and b"\\u" not in envelope.group(1):
+            inner = _ESCAPE_TEMPLATE.sub(
+                lambda m: _ESCAPES[m.group(1).decode()].encode(), envelope.group(1)
+            ).rstrip(b"\n")
+    if b"[" in inner:  # colours: gone from the line before a signature reads it
+        inner = _CONTROL_TEMPLATE.sub(b"", inner)
+    inside = inner != template
+    if inside:
+        found.append((inner, inside))
+    anonymous = _ANONYMOUS_TEMPLATE.match(inner)
+    if anonymous is not None:
+        inner = inner[anonymous.end() :]
+        found.append((inner, inside))
+    named = _PREFIX_TEMPLATE.match(inner)
+    if named is not None:
+        found.append((inner[named.end() :], inside))
+    return tuple(found)
+
+
+@cache
+def anchored(pattern: str) -> bool:
+    """Whether a regex ties a match to the start of a line (``^`` outside a class): the only
+    kind that can match a message where it missed the whole line (the envelope a prefix)."""
+    return "^" in pattern.replace("\\^", "").replace("[^", "")
