@@ -13,8 +13,8 @@ top-level alternatives and each is read once (:mod:`trainmedic.diagnosis.regex_f
   form can match: cached too).
 
 A line is matched as it is and, where it has one, as the message inside its envelope
-(:mod:`trainmedic.diagnosis.envelope`: a timestamp, a launcher's tag, colours, a JSON field):
-a signature anchored at a message's start sees past the prefix.
+(:mod:`trainmedic.diagnosis.envelope`: a timestamp, a launcher's tag, a JSON field): a
+signature anchored at a message's start sees past the prefix. Colour codes are gone first.
 
 Only *which* signatures match is cached: a hit (host, rank, GPU, excerpt) always comes from
 running the matched signature on the real line.

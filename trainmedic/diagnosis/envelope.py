@@ -4,11 +4,12 @@ Between a training script's ``print`` and the file an on-call engineer reads, a 
 prefixes and escapes: a timestamp (the logging module's, journald's, a log shipper's), a log
 level, ``srun --label``'s task number, ``mpirun --tag-output``'s ``[1,3]<stderr>:``,
 torchrun's ``[rank3]:``, pdsh's ``node7:``, glog's ``E0813 06:19:49.809 161210 api.py:869]``,
-a console's colour codes, a container runtime's JSON (``{"log": "...", "stream": "stderr"}``),
-or a bug report's quote mark. Signatures anchored at the start of a message
-("Traceback", "Thread 0x... (most recent call first)", "Killed") do not see it behind them.
+a container runtime's JSON (``{"log": "...", "stream": "stderr"}``), a bug report's quote mark
+or indentation. Signatures anchored at the start of a message ("Traceback", "Thread 0x...
+(most recent call first)", "Killed") do not see it behind them. (A console's colour codes
+are dropped from every line before anything reads it: ``CONTROL_SEQUENCE``.)
 
-``message`` strips them, in any order and number, so a signature can be tried on the message
+``messages`` strips them, in any order and number, so a signature can be tried on the message
 as well as on the whole line (the line first: some signatures read the prefix, pdsh's host or
 srun's node). The prefix itself is never dropped from what the line tells: who wrote it and
 when are read from the whole line (``attribution``).
@@ -65,7 +66,7 @@ def _prefixes(parts: tuple[str, ...]) -> str:
 _PREFIX = re.compile(_prefixes((*_PARTS, _HOST)))
 # The prefixes that name no one: what is left starts with the writer's name, if any.
 _ANONYMOUS = re.compile(_prefixes(_PARTS))
-# The level and syslog month are upper case in a real line, lower case in a masked template.
+# A level is upper case in a real line, lower case in a masked template.
 _PREFIX_TEMPLATE = re.compile(_PREFIX.pattern.encode(), re.IGNORECASE)
 _ANONYMOUS_TEMPLATE = re.compile(_ANONYMOUS.pattern.encode(), re.IGNORECASE)
 # A container runtime's or a shipper's JSON line: the text is its "log" / "message" field.
@@ -78,8 +79,8 @@ _ESCAPE_TEMPLATE = re.compile(_ESCAPE.pattern.encode())
 
 def messages(text: str) -> tuple[str, ...]:
     """The messages a line carries inside its envelope, outermost first: out of its JSON,
-    past the prefixes that name no one (a writer's name kept: some signatures read
-    it), then past that name too. Empty where the line has no envelope."""
+    past the prefixes that name no one (a writer's name kept: some signatures read it), then
+    past that name too. Empty where the line has no envelope."""
     found: list[str] = []
     inner = _unpacked(text)
     if inner != text:
@@ -96,7 +97,7 @@ def messages(text: str) -> tuple[str, ...]:
 
 def named_part(text: str) -> str | None:
     """The line from where a prefix naming its writer may start (past the timestamps, levels,
-    tags, colours and JSON around it); None where nothing is around it."""
+    tags and JSON around it); None where nothing is around it."""
     inner = _unpacked(text)
     anonymous = _ANONYMOUS.match(inner)
     if anonymous is not None:

@@ -340,7 +340,9 @@ def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[i
         lines = [
             line
             for line in scan.tail
-            if _said(line).strip() and not _EMPTY.match(_said(line)) and not _ROUTINE.search(line)
+            if (said := _said(line)).strip()
+            and not _EMPTY.match(said)
+            and not _ROUTINE.search(line)
         ]
         if not lines:
             continue

@@ -281,11 +281,8 @@ class _Scanner:
         self, signature: Signature, raw: bytes, line_no: int, prompt_host: str | None = None
     ) -> Hit:
         text = line_text(raw)
-        found = signature.regex.search(text)
-        # else the message inside the line's envelope matches
-        searched = (
-            (found, text) if found is not None else searches(signature.regex, text, messages(text))
-        )
+        # the whole line, else a message inside the line's envelope
+        searched = searches(signature.regex, text, messages(text))
         if searched is None:  # the verdict said it matches: a bug, never a silent miss
             raise AssertionError(f"{signature.id} judged to match line {line_no} but does not")
         match, matched = searched
