@@ -44,6 +44,7 @@ __all__ = [
     "Verdict",
     "dispatch_template",
     "line_text",
+    "search_messages",
     "searches",
 ]
 
@@ -79,16 +80,28 @@ def searches(
     like: re.Pattern[str] | None = None,
 ) -> tuple[re.Match[str], str] | None:
     """The regex's match in the whole line, else in the first of its messages inside its
-    envelope (``envelope.messages``) it matches in: (match, the text matched).
+    envelope (``envelope.messages``) it matches in: (match, the text matched)."""
+    found = regex.search(text)
+    if found is not None:
+        return found, text
+    return search_messages(regex, text, inner, like=like)
+
+
+def search_messages(
+    regex: re.Pattern[str],
+    text: str,
+    inner: tuple[str, ...],
+    *,
+    like: re.Pattern[str] | None = None,
+) -> tuple[re.Match[str], str] | None:
+    """``searches`` once the whole line ``text`` missed: the regex's match in the first of its
+    messages ``inner`` it matches in.
 
     A message is searched only by a regex tied to where a line starts (``^``): any other
     that missed the line misses its end too, unless the envelope changed the inside (JSON's
     escapes). And one that looks behind a match ("Cuda failure" not after "NCCL WARN")
     must see what the line really has there. ``like``: the regex whose anchoring counts (a
     digit-relaxed twin's is its original's)."""
-    found = regex.search(text)
-    if found is not None:
-        return found, text
     if inner and (anchored((like or regex).pattern) or not text.endswith(inner[0])):
         for message in inner:
             found = regex.search(message)
@@ -228,7 +241,7 @@ class Dispatch:
             found = regex.search(text) is not None
             if not found and (inner or alternative.anchored):
                 inner = messages(text) if inner is None else inner
-                found = searches(regex, text, inner, like=alternative.regex) is not None
+                found = search_messages(regex, text, inner, like=alternative.regex) is not None
             if not found:
                 continue
             if not alternative.blind:

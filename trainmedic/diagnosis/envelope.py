@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from functools import cache
+from typing import NamedTuple
 
 __all__ = ["CONTROL_SEQUENCE", "anchored", "message_templates", "messages", "named_part"]
 
@@ -32,7 +33,7 @@ __all__ = ["CONTROL_SEQUENCE", "anchored", "message_templates", "messages", "nam
 # ("#033[31m"; any digits there: every rule here is digit-blind): never part of what a line
 # says, so stripped from every line before anything reads it (``dispatch.line_text``).
 CONTROL_SEQUENCE = re.compile(r"(?:\x1b|#\d{3})\[[\d;?]*[A-Za-z]")
-_CONTROL_TEMPLATE = re.compile(CONTROL_SEQUENCE.pattern.encode(), re.IGNORECASE)
+_CONTROL_TEMPLATE = re.compile(CONTROL_SEQUENCE.pattern, re.ASCII | re.IGNORECASE)
 _TIME = r"\d\d:\d\d:\d\d(?:[.,]\d+)?"
 _PARTS = (
     r"\s*>(?:[ \t]|$)",  # a report's quote mark
@@ -66,78 +67,74 @@ def _prefixes(parts: tuple[str, ...]) -> str:
 _PREFIX = re.compile(_prefixes((*_PARTS, _HOST)))
 # The prefixes that name no one: what is left starts with the writer's name, if any.
 _ANONYMOUS = re.compile(_prefixes(_PARTS))
-# A level is upper case in a real line, lower case in a masked template.
-_PREFIX_TEMPLATE = re.compile(_PREFIX.pattern.encode(), re.IGNORECASE)
-_ANONYMOUS_TEMPLATE = re.compile(_ANONYMOUS.pattern.encode(), re.IGNORECASE)
 # A container runtime's or a shipper's JSON line: the text is its "log" / "message" field.
 _JSON = re.compile(r'^\s*\{.*?"(?:log|message|msg|MESSAGE)"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_JSON_TEMPLATE = re.compile(_JSON.pattern.encode())
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "", "f": "", '"': '"', "\\": "\\", "/": "/"}
 _ESCAPE = re.compile(r"\\([ntrbf\"\\/])")
-_ESCAPE_TEMPLATE = re.compile(_ESCAPE.pattern.encode())
+
+
+class _Rules(NamedTuple):
+    json: re.Pattern[str]
+    anonymous: re.Pattern[str]
+    prefix: re.Pattern[str]
+    controls: bool  # a template still holds the colour codes ``line_text`` removes from a line
+
+
+_LINE = _Rules(_JSON, _ANONYMOUS, _PREFIX, controls=False)
+# A masked template, decoded as latin-1 (every byte a character of its own): its bytes read as
+# bytes patterns would (ASCII classes); a level is upper case in a line, lower case in it.
+_TEMPLATE = _Rules(
+    re.compile(_JSON.pattern, re.ASCII),
+    re.compile(_ANONYMOUS.pattern, re.ASCII | re.IGNORECASE),
+    re.compile(_PREFIX.pattern, re.ASCII | re.IGNORECASE),
+    controls=True,
+)
 
 
 def messages(text: str) -> tuple[str, ...]:
     """The messages a line carries inside its envelope, outermost first: out of its JSON,
     past the prefixes that name no one (a writer's name kept: some signatures read it), then
     past that name too. Empty where the line has no envelope."""
-    found: list[str] = []
-    inner = _unpacked(text)
-    if inner != text:
-        found.append(inner)
-    anonymous = _ANONYMOUS.match(inner)
-    if anonymous is not None:
-        inner = inner[anonymous.end() :]
-        found.append(inner)
-    named = _PREFIX.match(inner)
-    if named is not None:
-        found.append(inner[named.end() :])
-    return tuple(found)
+    return tuple(_peel(text, _LINE)[0])
 
 
 def named_part(text: str) -> str | None:
     """The line from where a prefix naming its writer may start (past the timestamps, levels,
     tags and JSON around it); None where nothing is around it."""
-    inner = _unpacked(text)
-    anonymous = _ANONYMOUS.match(inner)
-    if anonymous is not None:
-        inner = inner[anonymous.end() :]
-    return inner if inner != text else None
-
-
-def _unpacked(text: str) -> str:
-    """The text out of its JSON envelope."""
-    if "{" in text and '"' in text:
-        envelope = _JSON.match(text)
-        if envelope is not None and "\\u" not in envelope.group(1):
-            return _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)], envelope.group(1)).rstrip("\n")
-    return text
+    return _peel(text, _LINE)[1]
 
 
 def message_templates(template: bytes) -> tuple[tuple[bytes, bool], ...]:
     """``messages`` of a masked template (lowercased, digits as ``0``), each with whether
     anything inside the line changed, not only its start (its colours, its JSON)."""
-    found: list[tuple[bytes, bool]] = []
-    inner = template
-    if b"{" in inner and b'"' in inner:
-        envelope = _JSON_TEMPLATE.match(inner)
-        if envelope is not None and b"\\u" not in envelope.group(1):
-            inner = _ESCAPE_TEMPLATE.sub(
-                lambda m: _ESCAPES[m.group(1).decode()].encode(), envelope.group(1)
-            ).rstrip(b"\n")
-    if b"[" in inner:  # colours: gone from the line before a signature reads it
-        inner = _CONTROL_TEMPLATE.sub(b"", inner)
-    inside = inner != template
+    layers, _named, inside = _peel(template.decode("latin-1"), _TEMPLATE)
+    return tuple((layer.encode("latin-1"), inside) for layer in layers)
+
+
+def _peel(text: str, rules: _Rules) -> tuple[list[str], str | None, bool]:
+    """The text's layers that differ from the one outside them (out of its JSON, past the
+    prefixes that name no one, past a writer's name), the innermost that may still start with
+    a writer's name (None: the text itself), and whether the inside changed."""
+    layers: list[str] = []
+    inner = text
+    if "{" in inner and '"' in inner:
+        envelope = rules.json.match(inner)
+        if envelope is not None and "\\u" not in envelope.group(1):
+            inner = _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)], envelope.group(1)).rstrip("\n")
+    if rules.controls and "[" in inner:
+        inner = _CONTROL_TEMPLATE.sub("", inner)
+    inside = inner != text
     if inside:
-        found.append((inner, inside))
-    anonymous = _ANONYMOUS_TEMPLATE.match(inner)
-    if anonymous is not None:
-        inner = inner[anonymous.end() :]
-        found.append((inner, inside))
-    named = _PREFIX_TEMPLATE.match(inner)
-    if named is not None:
-        found.append((inner[named.end() :], inside))
-    return tuple(found)
+        layers.append(inner)
+    past = rules.anonymous.match(inner)
+    if past is not None:
+        inner = inner[past.end() :]
+        layers.append(inner)
+    named = inner if inner != text else None
+    past = rules.prefix.match(inner)
+    if past is not None:
+        layers.append(inner[past.end() :])
+    return layers, named, inside
 
 
 @cache

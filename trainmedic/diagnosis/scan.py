@@ -24,7 +24,7 @@ from trainmedic.diagnosis.attribution import (
     writer,
 )
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
-from trainmedic.diagnosis.dispatch import Dispatch, line_text, searches
+from trainmedic.diagnosis.dispatch import Dispatch, line_text, search_messages, searches
 from trainmedic.diagnosis.envelope import CONTROL_SEQUENCE, message_templates, messages
 from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
 from trainmedic.diagnosis.sources import LogSource
@@ -259,7 +259,7 @@ class _Scanner:
                 if not any(r.search(text) for r in alternatives):
                     if inner is None:
                         inner = messages(text)
-                    if not any(searches(r, text, inner) for r in alternatives):
+                    if not any(search_messages(r, text, inner) for r in alternatives):
                         continue
             bucket = buckets.get(signature.id)
             if bucket is None:
