@@ -148,6 +148,32 @@ def test_symptom_only_evidence_names_no_node_to_drain() -> None:
     assert any("is a symptom" in reason for reason in plan.reasons)
 
 
+def test_a_gloo_peer_that_went_away_names_no_node_to_drain() -> None:
+    """Gloo reports a peer whose process exited ("closed by peer", "reset by peer") the same
+    way whether its machine died or it raised an error: alone, the peer goes to the pair test;
+    beside the peer's own error, that error is the cause."""
+    job = job_info(nodes=("gpu001", "gpu002"), gpus_per_node=4)
+    for line in (
+        "[rank2]: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+        "peer [10.0.0.1]:23260",
+        "[gloo/transport/tcp/pair.cc:566] Read error [10.0.0.1]:21925: Connection reset by peer",
+    ):
+        alone = diagnose([LogSource.from_lines("rank2.log", [line])])
+        assert alone.category is Category.NodeFailure and alone.symptom_only
+        assert alone.confidence < DEFAULT_CONFIDENCE_FLOOR
+        assert plan_remediation(alone, job).drain == ()
+        with_error = diagnose(
+            [
+                LogSource.from_lines(
+                    "rank0.log",
+                    ["[rank0]: datasets.table.CastError: Couldn't cast", "[rank0]: title: string"],
+                ),
+                LogSource.from_lines("rank2.log", [line]),
+            ]
+        )
+        assert with_error.category is Category.ScriptError
+
+
 def test_a_preempted_job_names_no_node_to_drain() -> None:
     """The scheduler took the job's node for another job: the job stopped, but the node is
     healthy, so the preemption line names none to drain even where it prints the host."""
