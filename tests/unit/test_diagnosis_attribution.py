@@ -122,6 +122,13 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         ("[bc-gpu1:01501] *** Process received signal ***", "bc-gpu1"),
         ("[bc-gpu1:01501] Signal: Segmentation fault (11)", "bc-gpu1"),
         ("[rank0:3] Signal: Segmentation fault (11)", None),
+        # LSF's report of a one-host job names its machine; of a two-host job, neither
+        (
+            "Job was executed on host(s) <n-62-23-25>, in queue <hpc>, as user <s18> in cluster",
+            "n-62-23-25",
+        ),
+        ("Job was executed on host(s) <4*gpu-a1>, in queue <gpu>, as user <u>", "gpu-a1"),
+        ("Job was executed on host(s) <4*gpu-a1>, <4*gpu-a2>, in queue <gpu>, as user <u>", None),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:
