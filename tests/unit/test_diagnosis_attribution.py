@@ -129,6 +129,12 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         ),
         ("Job was executed on host(s) <4*gpu-a1>, in queue <gpu>, as user <u>", "gpu-a1"),
         ("Job was executed on host(s) <4*gpu-a1>, <4*gpu-a2>, in queue <gpu>, as user <u>", None),
+        # TensorFlow's CUDA diagnostics, after cuInit failed on that machine
+        (
+            "2020-02-23 02:17:51.838379: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:176]"
+            " hostname: nid05467",
+            "nid05467",
+        ),
     ],
 )
 def test_writer_takes_only_prefixes_that_leave_no_doubt(line: str, expected: str | None) -> None:

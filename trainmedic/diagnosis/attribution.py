@@ -104,11 +104,13 @@ _RAY_TASK_HEADER = re.compile(
 # `uname -a` names the machine it ran on: "Linux node-11 5.4.0-65-generic #73-Ubuntu SMP ...";
 # nccl-tests' header names each rank's: "#  Rank  0 Group  0 Pid  21284 on gpu-3 device  0";
 # LSF's job report, a one-host job's ("Job was executed on host(s) <n-62-23-25>, in queue ...";
-# a job on several hosts lists them all, "<4*a>, <4*b>", and names no one machine).
+# a job on several hosts lists them all, "<4*a>, <4*b>", and names no one machine);
+# TensorFlow's CUDA diagnostics after a failed cuInit ("cuda_diagnostics.cc:176] hostname: x").
 _MACHINE_LINE = re.compile(
     r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-"
     r"|^#\s+Rank\s+\d+ (?:Group\s+\d+ )?Pid\s+\d+ on\s+(?P<rank_host>[A-Za-z][\w.-]*) device\b"
     r"|^Job was executed on host\(s\) <(?:\d+\*)?(?P<job_host>[A-Za-z][\w.-]*)>, in queue\b"
+    r"|^.{0,120}?\bcuda_diagnostics\.cc:\d+\] hostname: (?P<tf_host>[A-Za-z][\w.-]*)\s*$"
 )
 _NOT_A_NODE = "localhost"
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -169,7 +171,7 @@ def writer(text: str) -> str | None:
         return None
     machine = _MACHINE_LINE.match(text) or _MACHINE_LINE.match(named_part(text) or "")
     if machine:
-        host = (machine["host"] or machine["rank_host"] or machine["job_host"]).lower()
+        host = next(h for h in machine.groups() if h).lower()
         return None if host == _NOT_A_NODE else host
     return None
 
