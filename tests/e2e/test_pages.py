@@ -116,12 +116,15 @@ def test_a_spent_retry_budget_pages(server, sim, monkeypatch) -> None:
     assert "Xid 79" in message["text"] or "fallen off" in message["text"].lower()
 
 
-def test_an_unknown_cause_pages(server, sim) -> None:
+def test_a_job_that_stops_without_a_word_pages(server, sim) -> None:
+    """Its logs (and its node's kernel lines) just stop: a guess at a hang that no rule proves
+    (a crash whose last lines were lost reads the same), so a human looks before any retry."""
     job = stopped_without_a_word(sim)
     result = triage(job.job_id)
-    assert result.category == "Unknown" and result.new_job_id is None
-    message = delivered("page", job.job_id, lambda p: "Unknown" in p["subject"])
+    assert result.category == "Hang" and result.new_job_id is None
+    message = delivered("page", job.job_id, lambda p: "Hang" in p["subject"])
     assert f"trainmedic triage {job.job_id}" in message["text"]
+    assert "Hang needs a human" in message["text"] and "no word of an error" in message["text"]
 
 
 def test_a_diagnosis_below_the_confidence_floor_pages_before_a_rollback(

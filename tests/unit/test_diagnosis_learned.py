@@ -73,7 +73,9 @@ def test_a_healthy_log_leans_nowhere() -> None:
 
 def test_no_signature_the_table_suggests_and_a_human_confirms() -> None:
     sources = [LogSource.from_lines("rank-00000.node000.out", STALLED)]
-    assert diagnose(sources, learned=NO_WORDS).category is Category.Unknown
+    # No word and no rule: only that the log ends without a word of an error (a weak hang).
+    bare = diagnose(sources, learned=NO_WORDS)
+    assert bare.evidence[0].signature == "log-ends-unexplained" and bare.source == "rules"
     suggested = diagnose(sources, learned=TABLE_OF_TWO)
     assert suggested.category is Category.Hang
     assert suggested.source == "learned" and suggested.symptom_only

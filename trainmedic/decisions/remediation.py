@@ -15,6 +15,7 @@ from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.attempts import exclusions
 from trainmedic.diagnosis import suspect_hosts
+from trainmedic.diagnosis.engine import UNEXPLAINED_END
 from trainmedic.diagnosis.xid import APPLICATION_XID
 
 _RANK_RE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
@@ -28,6 +29,9 @@ SUGGESTIONS = {
     "llm": "the LLM fallback's suggestion",
     "learned": "the labelled corpus's word table's suggestion (no signature matched)",
 }
+# A log that only stops, with no word of an error, suggests a hang but proves none: a script's
+# crash whose last lines were lost reads the same, so a human looks before any retry.
+_GUESSES = {UNEXPLAINED_END.id: "a guess from a log that ends with no word of an error"}
 
 
 class Plan(BaseModel):
@@ -101,9 +105,13 @@ def plan_remediation(
     ]
     origin = origin_node(diagnosis, job)
 
-    if diagnosis.source in SUGGESTIONS:
+    guess = next(
+        (_GUESSES[e.signature] for e in diagnosis.evidence[:1] if e.signature in _GUESSES), None
+    )
+    if diagnosis.source in SUGGESTIONS or guess is not None:
+        said = SUGGESTIONS.get(diagnosis.source) or guess
         reasons.append(
-            f"the diagnosis is {SUGGESTIONS[diagnosis.source]}, not a rule's: a human confirms "
+            f"the diagnosis is {said}, not a rule's proof: a human confirms "
             "or corrects it before anything is drained or restarted"
         )
         return Plan(

@@ -41,13 +41,13 @@ from trainmedic.diagnosis.ranking import (
     candidates,
     confidence,
     corroborated,
-    ends_in_silence,
     explained,
     locations,
     pick,
     rivals,
 )
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
+from trainmedic.diagnosis.silence import ends_in_progress, ends_unexplained
 from trainmedic.diagnosis.sources import LogSource
 
 __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
@@ -98,6 +98,10 @@ HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
 # Every log ends in ordinary output (INFO lines, progress): no error, no exit status. A job
 # that failed like that stopped making progress; which rank stalled, the logs cannot say.
 SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
+# Nor does the word table find a cause, and no last line says that anything failed or ended,
+# though the last is no progress line (a metrics table, a stack frame): weaker still, as a
+# report may have cut the lines that said why.
+UNEXPLAINED_END = _synthetic("log-ends-unexplained", Category.Hang, 0.2, Role.symptom)
 # Collective timeouts while a rank was still saving a checkpoint: the save is the cause.
 SAVE_UNFINISHED = _synthetic("checkpoint-save-unfinished", Category.CheckpointError, 0.6)
 # Ranks timed out in different collectives at the same sequence number: the code diverged.
@@ -143,13 +147,15 @@ def diagnose(
     unproven += after
     ranked = candidates(hits)
     if not ranked and heartbeat_age_s is None:
-        silent = ends_in_silence(scans, hits)
-        if silent is not None:
-            index, line = silent
-            ranked = candidates([_silence(scans[index], line)])
+        ranked = _silence(SILENCE, ends_in_progress(scans, hits), scans)
     if not ranked:
         table = learned if learned is not None else bundled_model()
-        return _unknown(scans, hits, llm, table, unproven)
+        guess = _unknown(scans, hits, llm, table, unproven)
+        if guess.category is not Category.Unknown or heartbeat_age_s is not None:
+            return guess
+        ranked = _silence(UNEXPLAINED_END, ends_unexplained(scans, hits), scans)
+        if not ranked:
+            return guess
     fallout = explained(ranked)
     winner = pick([c for c in ranked if c.category not in fallout] or ranked)
     sure = confidence(winner, ranked, fallout, heartbeat_age_s, hang_after_s)
@@ -166,15 +172,27 @@ def diagnose(
     )
 
 
-def _silence(scan: SourceScan, line: str) -> Hit:
-    return _synthetic_hit(
-        SILENCE,
-        f"the log ends in ordinary output, no error and no exit: {line[:200]}",
+def _silence(
+    signature: Signature, end: tuple[int, str] | None, scans: Sequence[SourceScan]
+) -> list[Candidate]:
+    if end is None:
+        return []
+    index, line = end
+    scan = scans[index]
+    said = (
+        "in ordinary output, no error and no exit"
+        if signature is SILENCE
+        else "with no word of an error or an exit"
+    )
+    hit = _synthetic_hit(
+        signature,
+        f"the log ends {said}: {line[:200]}",
         None,
         file=scan.source.name,
         line=scan.lines,
         source_index=scan.index,
     )
+    return candidates([hit])
 
 
 _WAITING = frozenset({Category.NCCLTimeout, Category.Hang})

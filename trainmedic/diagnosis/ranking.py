@@ -10,17 +10,14 @@ code 137) count only beside a cause of their own category.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainmedic.core.models import Rival
 from trainmedic.core.taxonomy import Category
-from trainmedic.diagnosis.attribution import RAY_WORKER_LINE
 from trainmedic.diagnosis.catalogue import Role
-from trainmedic.diagnosis.envelope import messages
-from trainmedic.diagnosis.scan import Hit, SourceScan
+from trainmedic.diagnosis.scan import Hit
 
 __all__ = [
     "CONSEQUENCES",
@@ -29,7 +26,6 @@ __all__ = [
     "candidates",
     "confidence",
     "corroborated",
-    "ends_in_silence",
     "explained",
     "locations",
     "pick",
@@ -298,70 +294,6 @@ def confidence(
     if telemetry_agrees and logs_agree:
         confidence += 0.1
     return max(0.05, min(0.99, confidence))
-
-
-# A line that says the job failed or was stopped: its log does not end in silence.
-_TERMINAL = re.compile(
-    r"(?i)error|exception|fail|fatal|abort|signal|kill|exit|terminat|traceback|died|dead|"
-    r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
-)
-# An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose,
-# a short "[I]" tag), a progress bar, a training step, PyTorch loading a C++/CUDA extension it
-# built (where a stale build lock leaves it waiting), a rank checking in at start-up
-# (Lightning's "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8": a job whose last word is that
-# waits for the members that never came), Weights & Biases' run summary (printed when training
-# is over: a job that ends there stopped on its way out), or a Ray worker's own output
-# (attribution.RAY_WORKER_LINE).
-_ORDINARY = re.compile(
-    r"\b(?:INFO|DEBUG|NOTICE)\b|(?:^|[\s:\]])(?-i:[IV])\d{4} \d\d:\d\d:\d\d\.\d+ |\d+%\||"
-    r"\b(?:iter(?:ation)?|step|epoch)\b|\bMEMBER: \d+/\d+|\[(?-i:[IDV])\] |(?:^|\]:)wandb: |"
-    r"^Loading extension module [\w.-]+\.\.\.$",
-    re.I,
-)
-
-
-# Lines that say nothing: an ellipsis where a report cut lines out.
-_EMPTY = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
-# NCCL probing for optional network plugins at start-up ("NET/Plugin: Failed to find
-# ncclCollNetPlugin_v4 symbol", "Plugin load (libnccl-net.so) returned 2"): routine, not a failure.
-# A Python warning ("checkpoint.py:460: UserWarning: ...", then its "  warnings.warn(" source
-# line) is printed once when a code path is first taken and says nothing of how the job ended.
-_ROUTINE = re.compile(r"NCCL INFO NET/Plugin\s*:|\.py:\d+: \w*Warning: |^\s*warnings\.warn\(")
-
-
-def ends_in_silence(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[int, str] | None:
-    """(index of the last source, its last line) when every log ends in ordinary output: no
-    error, no exit status, no failure line anywhere (the caller has found no cause or
-    symptom), only progress. A job that failed like that stopped making progress."""
-    if any(h.signature.role is Role.context for h in hits):
-        return None
-    last: tuple[int, str] | None = None
-    for scan in scans:
-        lines = [
-            line
-            for line in scan.tail
-            if (said := _said(line)).strip()
-            and not _EMPTY.match(said)
-            and not _ROUTINE.search(line)
-        ]
-        if not lines:
-            continue
-        if any(_TERMINAL.search(line) for line in lines):
-            return None
-        if not any(
-            _ORDINARY.search(text) or RAY_WORKER_LINE.match(text)
-            for text in (lines[-1], *messages(lines[-1]))
-        ):
-            return None
-        last = (scan.index, lines[-1].strip())
-    return last
-
-
-def _said(line: str) -> str:
-    """What the line says, without the envelope (a timestamp, a launcher's tag: a cut line
-    "3: ..." is still a cut)."""
-    inner = messages(line)
-    return inner[-1] if inner else line
 
 
 def locations(hits: Sequence[Hit]) -> list[str]:
