@@ -638,3 +638,33 @@ def test_ranks_timed_out_in_different_collectives_is_the_codes_divergence() -> N
         for r in (0, 1)
     ]
     assert diagnose(coalesced).category is Category.NCCLTimeout
+
+
+def test_a_ranks_own_bug_outranks_the_nccl_errors_of_its_peers() -> None:
+    """Rank 0 dies of a KeyError; its peers' communicators then fail ("remote process exited"),
+    whichever is printed first: the bug goes to its owner, no node is suspected."""
+    sources = [
+        LogSource.from_lines(
+            "rank-00001.node002.err",
+            [
+                "[2026-12-02 14:00:01] torch.distributed.DistBackendError: NCCL error in: "
+                "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, "
+                "NCCL version 2.21.5",
+                "ncclRemoteError: A call failed possibly due to a network error or a remote "
+                "process exiting prematurely.",
+            ],
+        ),
+        LogSource.from_lines(
+            "rank-00000.node001.err",
+            [
+                "[2026-12-02 14:00:02] Traceback (most recent call last):",
+                '  File "train.py", line 88, in <module>',
+                '    batch = sample["input_ids"]',
+                "KeyError: 'input_ids'",
+            ],
+        ),
+    ]
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.ScriptError
+    (nccl,) = [r for r in diagnosis.rivals if r.category is Category.NCCLError]
+    assert nccl.reason.startswith("fallout of ScriptError")

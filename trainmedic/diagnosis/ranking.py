@@ -66,7 +66,10 @@ CONSEQUENCES: dict[Category, frozenset[Category]] = {
     Category.DataloaderKilled: frozenset({Category.HostOOM, Category.CUDAError}),
     Category.StorageError: _STALL | {Category.CheckpointError},
     Category.CheckpointError: _STALL,
-    Category.ScriptError: _STALL,
+    # A rank that dies of its own bug leaves its peers' communicators failing ("remote process
+    # exited", "communicator was aborted") as well as waiting. (Not their sockets: in the
+    # corpus, a reset beside a script's error was more often the network's own fault.)
+    Category.ScriptError: _STALL | {Category.NCCLError},
     Category.NCCLError: _STALL,
     Category.NaNLoss: _STALL | {Category.ScriptError},
     Category.LossSpike: _STALL | {Category.ScriptError},
