@@ -139,3 +139,19 @@ def test_regexes_compile_without_catastrophic_backtracking() -> None:
 def test_lines_that_report_health_or_a_risk_name_no_cause(line: str) -> None:
     causes = [s.id for s in SIGNATURES if s.role is not Role.context and s.regex.search(line)]
     assert causes == []
+
+
+def test_a_missing_checkpoint_file_is_the_checkpoints_and_a_missing_data_file_the_scripts() -> None:
+    def category(line: str) -> Category:
+        return diagnose([LogSource.from_lines("x.log", [line])]).category
+
+    saved_away = (
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/mnt/nas/run7/tmp-checkpoint-81' -> '/mnt/nas/run7/checkpoint-81'"
+    )
+    assert category(saved_away) is Category.CheckpointError
+    no_data = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train-00001.jsonl'"
+    assert category(no_data) is Category.ScriptError
+    # the storage failing under the checkpoint is the storage's
+    eio = "OSError: [Errno 5] Input/output error: '/lustre/run7/checkpoint-81/model.pt'"
+    assert category(eio) is Category.StorageError
