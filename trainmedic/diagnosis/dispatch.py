@@ -30,7 +30,7 @@ from functools import cache
 import ahocorasick
 
 from trainmedic.diagnosis.catalogue import MASK, Signature, byte_automaton
-from trainmedic.diagnosis.envelope import CONTROL_SEQUENCE, anchored, messages
+from trainmedic.diagnosis.envelope import anchored, messages, uncoloured
 from trainmedic.diagnosis.regex_facts import (
     NON_ASCII_FOLDS,
     analyse,
@@ -65,26 +65,21 @@ Verdict = tuple[tuple[Signature, tuple[re.Pattern[str], ...] | None], ...]
 
 def line_text(raw: bytes) -> str:
     """A raw log line as the signatures see it."""
-    text = raw.decode("utf-8", "replace").rstrip("\r\n")
-    if "\x1b" in text or "#" in text:
-        text = CONTROL_SEQUENCE.sub("", text)
+    text = uncoloured(raw.decode("utf-8", "replace").rstrip("\r\n"))
     # Progress bars redraw with \r: the last frame is what was printed.
     return text.replace("\r", " ") if "\r" in text else text
 
 
 def searches(
-    regex: re.Pattern[str],
-    text: str,
-    inner: tuple[str, ...],
-    *,
-    like: re.Pattern[str] | None = None,
+    regex: re.Pattern[str], text: str, inner: tuple[str, ...] | None = None
 ) -> tuple[re.Match[str], str] | None:
     """The regex's match in the whole line, else in the first of its messages inside its
-    envelope (``envelope.messages``) it matches in: (match, the text matched)."""
+    envelope it matches in: (match, the text matched). ``inner``: the line's messages, where
+    the caller has them (worked out here only once the whole line missed)."""
     found = regex.search(text)
     if found is not None:
         return found, text
-    return search_messages(regex, text, inner, like=like)
+    return search_messages(regex, text, messages(text) if inner is None else inner)
 
 
 def search_messages(

@@ -7,7 +7,7 @@ torchrun's ``[rank3]:``, pdsh's ``node7:``, glog's ``E0813 06:19:49.809 161210 a
 a container runtime's JSON (``{"log": "...", "stream": "stderr"}``), a bug report's quote mark
 or indentation. Signatures anchored at the start of a message ("Traceback", "Thread 0x...
 (most recent call first)", "Killed") do not see it behind them. (A console's colour codes
-are dropped from every line before anything reads it: ``CONTROL_SEQUENCE``.)
+are dropped from every line before anything reads it: ``uncoloured``.)
 
 ``messages`` strips them, in any order and number, so a signature can be tried on the message
 as well as on the whole line (the line first: some signatures read the prefix, pdsh's host or
@@ -27,13 +27,13 @@ import re
 from functools import cache
 from typing import NamedTuple
 
-__all__ = ["CONTROL_SEQUENCE", "anchored", "message_templates", "messages", "named_part"]
+__all__ = ["anchored", "message_templates", "messages", "named_part", "uncoloured"]
 
 # A terminal's control sequences (colours, mostly), as written or as rsyslog escapes them
 # ("#033[31m"; any digits there: every rule here is digit-blind): never part of what a line
-# says, so stripped from every line before anything reads it (``dispatch.line_text``).
-CONTROL_SEQUENCE = re.compile(r"(?:\x1b|#\d{3})\[[\d;?]*[A-Za-z]")
-_CONTROL_TEMPLATE = re.compile(CONTROL_SEQUENCE.pattern, re.ASCII | re.IGNORECASE)
+# says, so stripped from every line before anything reads it (``uncoloured``).
+_CONTROL_SEQUENCE = re.compile(r"(?:\x1b|#\d{3})\[[\d;?]*[A-Za-z]")
+_CONTROL_TEMPLATE = re.compile(_CONTROL_SEQUENCE.pattern, re.ASCII | re.IGNORECASE)
 _TIME = r"\d\d:\d\d:\d\d(?:[.,]\d+)?"
 _PARTS = (
     r"\s*>(?:[ \t]|$)",  # a report's quote mark
@@ -89,6 +89,12 @@ _TEMPLATE = _Rules(
     re.compile(_PREFIX.pattern, re.ASCII | re.IGNORECASE),
     controls=True,
 )
+
+
+def uncoloured(text: str) -> str:
+    """The text without a terminal's control sequences (``dispatch.line_text`` for every line
+    the signatures read, ``scan`` for the tail lines)."""
+    return _CONTROL_SEQUENCE.sub("", text) if "\x1b" in text or "#" in text else text
 
 
 def messages(text: str) -> tuple[str, ...]:

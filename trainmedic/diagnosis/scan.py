@@ -25,7 +25,7 @@ from trainmedic.diagnosis.attribution import (
 )
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
 from trainmedic.diagnosis.dispatch import Dispatch, line_text, search_messages, searches
-from trainmedic.diagnosis.envelope import CONTROL_SEQUENCE, message_templates, messages
+from trainmedic.diagnosis.envelope import message_templates, messages, uncoloured
 from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
 from trainmedic.diagnosis.sources import LogSource
 
@@ -156,10 +156,7 @@ class _Scanner:
         self._finish_hits()
         self._finish_loss()
         tail = last_body[-(64 << 10) :].decode("utf-8", "replace").splitlines()
-        self.result.tail = [
-            CONTROL_SEQUENCE.sub("", line) if "\x1b" in line or "#" in line else line
-            for line in tail[-TAIL_LINES:]
-        ]
+        self.result.tail = [uncoloured(line) for line in tail[-TAIL_LINES:]]
         head = [line_text(raw) for raw in self.head or []]
         self.result.writers.update(w for w in map(writer, head + self.result.tail) if w)
         if self.result.source.host:
@@ -282,7 +279,7 @@ class _Scanner:
     ) -> Hit:
         text = line_text(raw)
         # the whole line, else a message inside the line's envelope
-        searched = searches(signature.regex, text, messages(text))
+        searched = searches(signature.regex, text)
         if searched is None:  # the verdict said it matches: a bug, never a silent miss
             raise AssertionError(f"{signature.id} judged to match line {line_no} but does not")
         match, matched = searched
