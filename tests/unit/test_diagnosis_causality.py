@@ -134,6 +134,21 @@ def test_teardown_and_oom_lines_are_not_cuda_faults() -> None:
     assert diagnosis.root_cause_host == "ng1 GPU 3"
 
 
+def test_a_compiler_s_wrapper_gives_way_to_the_error_it_raised() -> None:
+    """Inductor wraps whatever failed under it: a cubin the driver refuses is the install's
+    CUDA fault; a CUDA graph's outputs read after the next replay is the training loop's."""
+    lines = [
+        "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
+        "RuntimeError: Triton Error [CUDA]: device kernel image is invalid",
+    ]
+    assert diagnose([LogSource.from_lines("train.log", lines)]).category is Category.CUDAError
+    graphs = [
+        "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
+        "by a subsequent run. Stack trace: File \"models/tokenizer.py\", line 90, in forward"
+    ]
+    assert diagnose([LogSource.from_lines("train.log", graphs)]).category is Category.ScriptError
+
+
 # ----------------------------------------------------------------------------- symptoms
 
 
