@@ -134,6 +134,39 @@ def test_teardown_and_oom_lines_are_not_cuda_faults() -> None:
     assert diagnosis.root_cause_host == "ng1 GPU 3"
 
 
+def test_an_exception_s_class_name_is_no_cause_of_the_words_it_wraps() -> None:
+    """"ImportError: ...: undefined symbol: ncclMemFree" is one event: an NCCL library that is
+    not the one torch was built against, not a script's bug that an NCCL error followed. The
+    other way round, an NCCL error code quoting a CUDA failure, the quoted failure is the
+    cause."""
+    wrapped = diagnose(
+        [
+            LogSource.from_lines(
+                "rank0.log",
+                [
+                    "Traceback (most recent call last):",
+                    '  File "train.py", line 1, in <module>',
+                    "ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so: "
+                    "undefined symbol: ncclMemFree",
+                ],
+            )
+        ]
+    )
+    assert wrapped.category is Category.NCCLError
+    quoting = diagnose(
+        [
+            LogSource.from_lines(
+                "rank0.log",
+                [
+                    "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda "
+                    "failure 'invalid resource handle'"
+                ],
+            )
+        ]
+    )
+    assert quoting.category is Category.CUDAError
+
+
 def test_a_compiler_s_wrapper_gives_way_to_the_error_it_raised() -> None:
     """Inductor wraps whatever failed under it: a cubin the driver refuses is the install's
     CUDA fault; a CUDA graph's outputs read after the next replay is the training loop's."""

@@ -159,6 +159,7 @@ def explained(candidates: Sequence[Candidate]) -> dict[Category, Candidate]:
                 or cause.score < MIN_EXPLAINING_SCORE
                 or fallout.category not in CONSEQUENCES.get(cause.category, frozenset())
                 or cause.category in CONSEQUENCES.get(fallout.category, frozenset())
+                or _only_wraps(cause, fallout)
             ):
                 continue
             known = found.get(fallout.category)
@@ -173,6 +174,18 @@ def explained(candidates: Sequence[Candidate]) -> dict[Category, Candidate]:
             root = found[root.category]
         found[category] = root
     return found
+
+
+def _only_wraps(cause: Candidate, fallout: Candidate) -> bool:
+    """Whether the cause is a script's exception whose every line the fallout reads more
+    decisively: the exception's class name ("ImportError: ...") around a library's own words
+    ("undefined symbol: ncclMemFree"). One line is one event, not a cause and its consequence.
+    (The other way round, an NCCL error code whose line quotes a CUDA or socket failure, the
+    quoted failure is the cause: only an exception's class name is a mere wrapper.)"""
+    if cause.category is not Category.ScriptError:
+        return False
+    weighs = {(h.file, h.line): score(h) for h in fallout.hits}
+    return all(weighs.get((h.file, h.line), -1.0) > score(h) for h in cause.hits)
 
 
 def pick(candidates: Sequence[Candidate]) -> Candidate:
