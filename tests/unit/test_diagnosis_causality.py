@@ -182,6 +182,24 @@ def test_a_compiler_s_wrapper_gives_way_to_the_error_it_raised() -> None:
     assert diagnose([LogSource.from_lines("train.log", graphs)]).category is Category.ScriptError
 
 
+def test_an_import_through_a_checkpoint_module_is_no_checkpoint_failure() -> None:
+    """A frame of checkpointing.py at module level is Python importing it: the extension it
+    imports failed to load, not a checkpoint."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/w/Megatron-LM/megatron/initialize.py", line 19, in <module>',
+        "    from megatron.checkpointing import load_args_from_checkpoint",
+        '  File "/w/Megatron-LM/megatron/checkpointing.py", line 15, in <module>',
+        "    from .utils import unwrap_model",
+        '  File "/w/Megatron-LM/megatron/utils.py", line 11, in <module>',
+        "    import amp_C",
+        "ImportError: /usr/lib/python3.10/dist-packages/amp_C.cpython-310-x86_64-linux-gnu.so: "
+        "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_j",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("train.log", lines)])
+    assert diagnosis.category is Category.ScriptError
+
+
 # ----------------------------------------------------------------------------- symptoms
 
 
