@@ -200,6 +200,37 @@ def test_an_import_through_a_checkpoint_module_is_no_checkpoint_failure() -> Non
     assert diagnosis.category is Category.ScriptError
 
 
+def test_an_object_store_refusing_the_job_s_credentials_is_the_job_s_to_fix() -> None:
+    """Access denied is the job's IAM role or keys, for its owner: no retry, no storage fault.
+    The store failing the request itself (throttling, 5xx) is a storage fault."""
+    job = job_info(nodes=("gpu001",), gpus_per_node=8)
+    denied = diagnose(
+        [
+            LogSource.from_lines(
+                "train.log",
+                [
+                    "botocore.exceptions.ClientError: An error occurred (AccessDenied) when "
+                    "calling the CreateMultipartUpload operation: Access Denied"
+                ],
+            )
+        ]
+    )
+    assert denied.category is Category.ScriptError
+    assert not plan_remediation(denied, job).restart
+    throttled = diagnose(
+        [
+            LogSource.from_lines(
+                "train.log",
+                [
+                    "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling "
+                    "the PutObject operation: Please reduce your request rate."
+                ],
+            )
+        ]
+    )
+    assert throttled.category is Category.StorageError
+
+
 # ----------------------------------------------------------------------------- symptoms
 
 
