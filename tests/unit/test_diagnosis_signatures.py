@@ -141,6 +141,19 @@ def test_lines_that_report_health_or_a_risk_name_no_cause(line: str) -> None:
     assert causes == []
 
 
+def test_a_cpu_s_illegal_instruction_is_no_cuda_fault() -> None:
+    """SIGILL as a shell reports it is the CPU refusing an instruction (a binary built for
+    another CPU): nothing says the GPU failed. CUDA's own error 715 is a kernel's."""
+
+    def category(line: str) -> Category:
+        return diagnose([LogSource.from_lines("x.log", [line])]).category
+
+    sigill = './webui.sh: line 255:   146 Illegal instruction     (core dumped) "${python_cmd}"'
+    assert category(sigill) is not Category.CUDAError
+    kernel = "RuntimeError: CUDA error: an illegal instruction was encountered"
+    assert category(kernel) is Category.CUDAError
+
+
 def test_a_missing_checkpoint_file_is_the_checkpoints_and_a_missing_data_file_the_scripts() -> None:
     def category(line: str) -> Category:
         return diagnose([LogSource.from_lines("x.log", [line])]).category
