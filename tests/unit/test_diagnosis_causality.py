@@ -135,7 +135,7 @@ def test_teardown_and_oom_lines_are_not_cuda_faults() -> None:
 
 
 def test_an_exception_s_class_name_is_no_cause_of_the_words_it_wraps() -> None:
-    """"ImportError: ...: undefined symbol: ncclMemFree" is one event: an NCCL library that is
+    """One event: "ImportError: ...: undefined symbol: ncclMemFree" is an NCCL library that is
     not the one torch was built against, not a script's bug that an NCCL error followed. The
     other way round, an NCCL error code quoting a CUDA failure, the quoted failure is the
     cause."""
@@ -177,7 +177,7 @@ def test_a_compiler_s_wrapper_gives_way_to_the_error_it_raised() -> None:
     assert diagnose([LogSource.from_lines("train.log", lines)]).category is Category.CUDAError
     graphs = [
         "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
-        "by a subsequent run. Stack trace: File \"models/tokenizer.py\", line 90, in forward"
+        'by a subsequent run. Stack trace: File "models/tokenizer.py", line 90, in forward'
     ]
     assert diagnose([LogSource.from_lines("train.log", graphs)]).category is Category.ScriptError
 
