@@ -15,7 +15,7 @@ from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.attempts import exclusions
 from trainmedic.diagnosis import suspect_hosts
-from trainmedic.diagnosis.engine import UNEXPLAINED_END
+from trainmedic.diagnosis.synthetic import UNEXPLAINED_END
 from trainmedic.diagnosis.xid import APPLICATION_XID
 
 _RANK_RE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.IGNORECASE)

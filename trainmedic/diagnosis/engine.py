@@ -20,7 +20,6 @@ explanation is kept with the reason it lost (``Diagnosis.rivals``).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,7 +31,6 @@ from trainmedic.diagnosis.collectives import mismatched_collectives, save_unfini
 from trainmedic.diagnosis.fallback import unexplained
 from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
-from trainmedic.diagnosis.loss import find_scale_collapse, find_spikes
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.placing import only_host, origin_host
 from trainmedic.diagnosis.ranking import (
@@ -49,6 +47,21 @@ from trainmedic.diagnosis.ranking import (
 from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.silence import ends_in_progress, ends_unexplained
 from trainmedic.diagnosis.sources import LogSource
+from trainmedic.diagnosis.synthetic import (
+    COLLECTIVE_MISMATCH,
+    EXIT_SEGFAULT,
+    EXIT_SIGKILL,
+    HEARTBEAT_STALE,
+    SAVE_UNFINISHED,
+    SILENCE,
+    TELEMETRY_ECC,
+    TELEMETRY_FALLEN_OFF,
+    TELEMETRY_HOT,
+    TELEMETRY_NVLINK,
+    UNEXPLAINED_END,
+    curve_hits,
+    synthetic_hit,
+)
 
 __all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
 
@@ -58,55 +71,6 @@ MAX_WINNER_EVIDENCE = 8
 MAX_OTHER_EVIDENCE = 6
 
 HOT_GPU_C = 90.0
-
-
-def _synthetic(
-    sig_id: str,
-    category: Category,
-    weight: float,
-    role: Role = Role.cause,
-    *,
-    corroborates: bool = False,
-) -> Signature:
-    return Signature(
-        id=sig_id,
-        category=category,
-        role=role,
-        weight=weight,
-        regex=re.compile("(?!)"),
-        examples=(),
-        corroborates=corroborates,
-    )
-
-
-LOSS_SPIKE = _synthetic("loss-spike", Category.LossSpike, 0.7)
-# A spike the loss came back from: below the confidence floor, so it rolls nothing back, but
-# it outranks a log merely ending in ordinary output (SILENCE).
-LOSS_SPIKE_PASSED = _synthetic("loss-spike-passed", Category.LossSpike, 0.35)
-# fp16 dynamic loss scaling halving again and again: gradients overflow at every step.
-LOSS_SCALE_COLLAPSE = _synthetic("loss-scale-collapse", Category.LossSpike, 0.6)
-# A shorter fall the log still ends in: like a spike the loss came back from, below the floor,
-# it outranks only a log merely ending in ordinary output (a stale heartbeat outranks it).
-LOSS_SCALE_FALLING = _synthetic("loss-scale-falling", Category.LossSpike, 0.35)
-TELEMETRY_FALLEN_OFF = _synthetic("telemetry-xid-79", Category.GPUFallenOff, 0.9)
-TELEMETRY_ECC = _synthetic("telemetry-ecc", Category.ECCError, 0.9)
-TELEMETRY_NVLINK = _synthetic("telemetry-nvlink", Category.NVLinkError, 0.85)
-TELEMETRY_HOT = _synthetic("telemetry-temperature", Category.Unknown, 0.0, Role.context)
-EXIT_SIGKILL = _synthetic("exit-code-sigkill", Category.HostOOM, 0.55, corroborates=True)
-EXIT_SEGFAULT = _synthetic("exit-code-segfault", Category.Unknown, 0.4)  # as "segfault"
-HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
-# Every log ends in ordinary output (INFO lines, progress): no error, no exit status. A job
-# that failed like that stopped making progress; which rank stalled, the logs cannot say.
-SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
-# Nor does the word table find a cause, and no last line says that anything failed or ended,
-# though the last is no progress line (a metrics table, a stack frame): weaker still, as a
-# report may have cut the lines that said why.
-UNEXPLAINED_END = _synthetic("log-ends-unexplained", Category.Hang, 0.2, Role.symptom)
-# Collective timeouts while a rank was still saving a checkpoint: the save is the cause.
-SAVE_UNFINISHED = _synthetic("checkpoint-save-unfinished", Category.CheckpointError, 0.6)
-# Ranks timed out in different collectives at the same sequence number: the code diverged.
-COLLECTIVE_MISMATCH = _synthetic("collectives-mismatched", Category.ScriptError, 0.75)
-_SYNTHETIC_SOURCE = 1_000_000  # sorts after every real file when there is no timestamp
 
 
 def diagnose(
@@ -130,13 +94,13 @@ def diagnose(
     cat = catalogue or site_catalogue()
     scans = [scan_source(source, index, cat) for index, source in enumerate(sources)]
     hits = [hit for scan in scans for hit in scan.hits()]
-    hits.extend(_loss_hits(scans))
+    hits.extend(curve_hits(scans))
     hits.extend(_telemetry_hits(telemetry, cat))
     hits.extend(_exit_code_hits(exit_code, hits))
     stale = heartbeat_age_s is not None and heartbeat_age_s >= hang_after_s
     if stale:
         hits.append(
-            _synthetic_hit(HEARTBEAT_STALE, f"no progress for {heartbeat_age_s:.0f} s", None)
+            synthetic_hit(HEARTBEAT_STALE, f"no progress for {heartbeat_age_s:.0f} s", None)
         )
 
     if any(h.signature.category in _WAITING for h in hits):
@@ -184,7 +148,7 @@ def _silence(
         if signature is SILENCE
         else "with no word of an error or an exit"
     )
-    hit = _synthetic_hit(
+    hit = synthetic_hit(
         signature,
         f"the log ends {said}: {line[:200]}",
         None,
@@ -205,7 +169,7 @@ def _save_hits(scans: Sequence[SourceScan]) -> list[Hit]:
     index, line, text = found
     scan = scans[index]
     return [
-        _synthetic_hit(
+        synthetic_hit(
             SAVE_UNFINISHED,
             f"a checkpoint save began and never finished: {text[:200]}",
             scan.source.host,
@@ -225,7 +189,7 @@ def _mismatch_hits(hits: Sequence[Hit]) -> list[Hit]:
     text = f"ranks timed out in different collectives at one sequence number: {first.text[:120]}"
     text += f" | {other.text[:120]}"
     return [
-        _synthetic_hit(
+        synthetic_hit(
             COLLECTIVE_MISMATCH,
             text,
             None,
@@ -260,58 +224,6 @@ def suspect_hosts(diagnosis: Diagnosis) -> list[str]:
 # ----------------------------------------------------------------------------- evidence
 
 
-def _synthetic_hit(
-    signature: Signature,
-    text: str,
-    host: str | None,
-    *,
-    file: str = "<job>",
-    line: int = 0,
-    gpu: str | None = None,
-    source_index: int = _SYNTHETIC_SOURCE,
-    rank: int | None = None,
-) -> Hit:
-    return Hit(
-        signature=signature,
-        source_index=source_index,
-        file=file,
-        line=line,
-        text=text,
-        host=host,
-        rank=rank,
-        gpu=gpu,
-        timestamp=None,
-    )
-
-
-def _loss_hits(scans: Sequence[SourceScan]) -> list[Hit]:
-    hits = []
-    for scan in scans:
-        found: list[tuple[Signature, str, int]] = []
-        lasting, passed = find_spikes(scan.loss_points)
-        if lasting is not None:
-            found.append((LOSS_SPIKE, lasting.describe(), lasting.line))
-        elif passed is not None:
-            found.append((LOSS_SPIKE_PASSED, passed.describe(), passed.line))
-        collapse = find_scale_collapse(scan.scale_points)
-        if collapse is not None:
-            signature = LOSS_SCALE_COLLAPSE if collapse.deep else LOSS_SCALE_FALLING
-            found.append((signature, collapse.describe(), collapse.line))
-        for signature, text, line in found:
-            hits.append(
-                _synthetic_hit(
-                    signature,
-                    text,
-                    scan.source.host,
-                    file=scan.source.name,
-                    line=line,
-                    source_index=scan.index,
-                    rank=scan.source.rank,
-                )
-            )
-    return hits
-
-
 def _telemetry_hits(telemetry: Sequence[GpuTelemetry], cat: Catalogue) -> list[Hit]:
     # Telemetry reads Xids through the same catalogue as the log signatures.
     fallen_off, ecc, nvlink = (
@@ -336,7 +248,7 @@ def _telemetry_hits(telemetry: Sequence[GpuTelemetry], cat: Catalogue) -> list[H
             signatures.append(TELEMETRY_HOT)
         for signature in signatures:
             hits.append(
-                _synthetic_hit(
+                synthetic_hit(
                     signature, readings, gpu.host.lower(), file="telemetry", gpu=str(gpu.gpu)
                 )
             )
@@ -347,11 +259,11 @@ def _exit_code_hits(exit_code: int | None, hits: Sequence[Hit]) -> list[Hit]:
     if exit_code is None:
         return []
     if exit_code in (137, -9):
-        return [_synthetic_hit(EXIT_SIGKILL, f"exit code {exit_code} (SIGKILL)", None)]
+        return [synthetic_hit(EXIT_SIGKILL, f"exit code {exit_code} (SIGKILL)", None)]
     if exit_code in (139, -11):
         if any(h.signature.category is Category.DataloaderKilled for h in hits):
             return []  # the dataloader signature already explains the segfault
-        return [_synthetic_hit(EXIT_SEGFAULT, f"exit code {exit_code} (SIGSEGV)", None)]
+        return [synthetic_hit(EXIT_SEGFAULT, f"exit code {exit_code} (SIGSEGV)", None)]
     return []
 
 
