@@ -529,6 +529,23 @@ def test_loss_scale_collapse_is_a_loss_spike_and_a_settled_warmup_is_not() -> No
     assert diagnose([LogSource.from_lines("q.log", short)]).category is Category.LossSpike
 
 
+def test_a_gradient_norm_that_blows_up_is_a_loss_spike_a_human_looks_at() -> None:
+    """The gradient norm jumping twentyfold in a log that then goes on in ordinary output: the
+    instability before a loss spike, below the floor (nothing is rolled back unasked). A clip
+    threshold ("max_grad_norm") is a setting, and a norm that jitters is no blow-up."""
+    steady = [f"{{'loss': 0.09{k}, 'grad_norm': {3 + k % 3}.5, 'epoch': 0.03}}" for k in range(8)]
+    blowup = [*steady, "{'loss': 0.1045, 'grad_norm': 237.627, 'epoch': 0.03}", *steady[:3]]
+    diagnosis = diagnose([LogSource.from_lines("trainer.log", blowup)])
+    assert diagnosis.category is Category.LossSpike
+    assert diagnosis.evidence[0].signature == "grad-norm-spike"
+    assert diagnosis.evidence[0].line == 9
+    assert diagnosis.confidence < DEFAULT_CONFIDENCE_FLOOR
+    plan = plan_remediation(diagnosis, job_info(nodes=("gpu001",), gpus_per_node=8))
+    assert plan.action is Action.investigate and plan.page_oncall
+    jitter = [*steady, "{'loss': 0.1, 'grad_norm': 19.0, 'epoch': 0.03}", "max_grad_norm: 500.0"]
+    assert diagnose([LogSource.from_lines("t.log", jitter)]).category is not Category.LossSpike
+
+
 def _fall(scale: int, rank: int) -> str:
     """DeepSpeed's line for one halving of the loss scale, as one rank prints it."""
     return (

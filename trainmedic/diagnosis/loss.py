@@ -10,11 +10,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "GradNormSpike",
     "LossPoint",
     "LossSpike",
     "ScaleCollapse",
+    "extract_grad_norms",
     "extract_loss_scales",
     "extract_losses",
+    "find_grad_norm_spike",
     "find_loss_spike",
     "find_scale_collapse",
     "find_spikes",
@@ -49,6 +52,19 @@ COLLAPSE_HALVINGS = 4  # overflow after overflow: the scale fell at least 2^4-fo
 COLLAPSE_FLOOR = 1e-3  # ...or to where fp16 gradients overflow even scaled down 1000-fold
 SCALE_SETTLE_POINTS = 3  # a collapse followed by this many steady readings has recovered
 FALLING_HALVINGS = 2  # a shallower fall the log ends in: a suspicion (ScaleCollapse.deep False)
+
+# The gradient norm as trainers print it: HF "'grad_norm': 237.6", Megatron "grad norm: 0.321",
+# fairseq "gnorm 0.904" / "gnorm=0.9", "gradient_norm: 1.2" (a clip threshold, "max_grad_norm",
+# is a setting, not a reading: no value follows a "max_" prefix here).
+_GRAD_NORM_RE = re.compile(
+    rb"(?<![A-Za-z_])(?:grad(?:ient)?[ _]norm|gnorm)['\"]?\s*[:= ]\s*['\"]?"
+    rb"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+)
+# A blow-up of the gradient norm: at least 20x its running median over at least 5 readings.
+# Gradients jitter several-fold from step to step; a 20-fold jump is the instability that
+# precedes a loss spike (the loss may not have moved yet where the log ends).
+GRAD_SPIKE_RATIO = 20.0
+GRAD_SPIKE_MIN_POINTS = 5
 
 SPIKE_RATIO = 1.5  # a spike is at least 1.5x the running median...
 SPIKE_MIN_ABS = 0.3  # ...and at least 0.3 nats above it (tiny losses jitter by large ratios)
@@ -112,6 +128,57 @@ def extract_losses(data: bytes, first_line: int, limit: int | None = None) -> It
         found += 1
         if limit is not None and found >= limit:
             return
+
+
+def extract_grad_norms(
+    data: bytes, first_line: int, limit: int | None = None
+) -> Iterator[LossPoint]:
+    """Gradient-norm readings in ``data`` (whole lines), one per line, with line numbers."""
+    line = first_line
+    position = 0
+    found = 0
+    last_line = 0
+    for match in _GRAD_NORM_RE.finditer(data):
+        line += data.count(b"\n", position, match.start())
+        position = match.start()
+        if line == last_line:
+            continue
+        last_line = line
+        yield LossPoint(float(match.group(1)), line)
+        found += 1
+        if limit is not None and found >= limit:
+            return
+
+
+@dataclass(frozen=True)
+class GradNormSpike:
+    line: int
+    baseline: float
+    peak: float
+
+    def describe(self) -> str:
+        return (
+            f"gradient norm jumped from a running median of {self.baseline:.4g} to "
+            f"{self.peak:.4g} (x{self.peak / self.baseline:.0f}): the training is unstable"
+        )
+
+
+def find_grad_norm_spike(points: Sequence[LossPoint]) -> GradNormSpike | None:
+    """The largest reading at least GRAD_SPIKE_RATIO times the running median of the readings
+    before it (GRAD_SPIKE_MIN_POINTS of them at least)."""
+    ordered: list[float] = []
+    window: deque[float] = deque()
+    largest: GradNormSpike | None = None
+    for point in points:
+        baseline = _median(ordered) if len(ordered) >= GRAD_SPIKE_MIN_POINTS else 0.0
+        jump = point.value / baseline if baseline > 0 else 0.0
+        if jump >= GRAD_SPIKE_RATIO and (largest is None or jump > largest.peak / largest.baseline):
+            largest = GradNormSpike(point.line, baseline, point.value)
+        window.append(point.value)
+        bisect.insort(ordered, point.value)
+        if len(window) > WINDOW:
+            del ordered[bisect.bisect_left(ordered, window.popleft())]
+    return largest
 
 
 def find_loss_spike(points: Sequence[LossPoint]) -> LossSpike | None:

@@ -26,7 +26,12 @@ from trainmedic.diagnosis.attribution import (
 from trainmedic.diagnosis.catalogue import MASK, Catalogue, Signature
 from trainmedic.diagnosis.dispatch import Dispatch, line_text, search_messages, searches
 from trainmedic.diagnosis.envelope import message_templates, messages, uncoloured
-from trainmedic.diagnosis.loss import LossPoint, extract_loss_scales, extract_losses
+from trainmedic.diagnosis.loss import (
+    LossPoint,
+    extract_grad_norms,
+    extract_loss_scales,
+    extract_losses,
+)
 from trainmedic.diagnosis.sources import LogSource
 
 __all__ = ["Hit", "SourceScan", "scan_source"]
@@ -93,6 +98,7 @@ class SourceScan:
     buckets: dict[str, _Bucket] = field(default_factory=dict)
     loss_points: list[LossPoint] = field(default_factory=list)
     scale_points: list[LossPoint] = field(default_factory=list)  # fp16 loss scale
+    grad_points: list[LossPoint] = field(default_factory=list)  # gradient norm
     tail: list[str] = field(default_factory=list)
     # The hosts its first and last lines and its shell prompts say they were written on (its
     # file's host, where the name tells): one host means a one-node log (placing.only_host).
@@ -124,6 +130,7 @@ class _Scanner:
         self.recent: deque[tuple[int, bytes, float | None]] = deque(maxlen=FULL_LOSS_BLOCKS)
         self.loss_blocks: list[list[LossPoint]] = []
         self.scale_blocks: list[list[LossPoint]] = []
+        self.grad_blocks: list[list[LossPoint]] = []
         # The last loss-scale reading so far: a block's first line that states a fall is a
         # fall of its own only where none came before.
         self.last_scale: float | None = None
@@ -210,20 +217,23 @@ class _Scanner:
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:
         before = self.last_scale
-        if b"oss" not in body:  # "loss" or "Loss"
-            points: list[LossPoint] = []
-            scales: list[LossPoint] = []
-        else:
-            window = body[:LOSS_SAMPLE_BYTES]
-            window = window[: window.rfind(b"\n") + 1]
+        window = body[:LOSS_SAMPLE_BYTES]
+        window = window[: window.rfind(b"\n") + 1]
+        points: list[LossPoint] = []
+        scales: list[LossPoint] = []
+        if b"oss" in body:  # "loss" or "Loss"
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
             scales = list(
                 extract_loss_scales(window, first_line, limit=LOSS_SAMPLE_POINTS, previous=before)
             )
             if scales:
                 self.last_scale = scales[-1].value
+        grads = []
+        if b"norm" in body:
+            grads = list(extract_grad_norms(window, first_line, limit=LOSS_SAMPLE_POINTS))
         self.loss_blocks.append(points)
         self.scale_blocks.append(scales)
+        self.grad_blocks.append(grads)
         self.recent.append((first_line, body, before))
 
     def _finish_loss(self) -> None:
@@ -239,10 +249,14 @@ class _Scanner:
                 self.scale_blocks[block_index] = scales
                 if scales:
                     before = scales[-1].value
+            if b"norm" in body:
+                self.grad_blocks[block_index] = list(extract_grad_norms(body, first_line))
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
         self.result.scale_points = [p for block in self.scale_blocks for p in block]
+        self.result.grad_points = [p for block in self.grad_blocks for p in block]
         self.loss_blocks = []
         self.scale_blocks = []
+        self.grad_blocks = []
         self.recent.clear()
 
     def _match_line(self, raw: bytes, line_no: int) -> None:

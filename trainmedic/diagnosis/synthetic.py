@@ -1,5 +1,5 @@
 """Evidence that no single log line gives: what the training curves say (a loss spike, the
-fp16 loss scale collapsing), telemetry, a job's exit code, a
+fp16 loss scale collapsing, the gradient norm blowing up), telemetry, a job's exit code, a
 stale heartbeat, a log that only stops. Each is a Signature of its own (a weight and a
 category like any other), so the ranking weighs it beside the lines' evidence.
 Pure: no I/O.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.catalogue import Role, Signature
-from trainmedic.diagnosis.loss import find_scale_collapse, find_spikes
+from trainmedic.diagnosis.loss import find_grad_norm_spike, find_scale_collapse, find_spikes
 from trainmedic.diagnosis.scan import Hit, SourceScan
 
 __all__ = ["curve_hits", "synthetic_hit"]
@@ -46,6 +46,9 @@ LOSS_SCALE_COLLAPSE = _synthetic("loss-scale-collapse", Category.LossSpike, 0.6)
 # A shorter fall the log still ends in: like a spike the loss came back from, below the floor,
 # it outranks only a log merely ending in ordinary output (a stale heartbeat outranks it).
 LOSS_SCALE_FALLING = _synthetic("loss-scale-falling", Category.LossSpike, 0.35)
+# The gradient norm jumping twentyfold: the instability before a loss spike. Like a spike the
+# loss came back from, below the floor: a human looks before anything is rolled back.
+GRAD_NORM_SPIKE = _synthetic("grad-norm-spike", Category.LossSpike, 0.35)
 TELEMETRY_FALLEN_OFF = _synthetic("telemetry-xid-79", Category.GPUFallenOff, 0.9)
 TELEMETRY_ECC = _synthetic("telemetry-ecc", Category.ECCError, 0.9)
 TELEMETRY_NVLINK = _synthetic("telemetry-nvlink", Category.NVLinkError, 0.85)
@@ -92,7 +95,7 @@ def synthetic_hit(
 
 
 def curve_hits(scans: Sequence[SourceScan]) -> list[Hit]:
-    """What each source's loss and loss-scale readings say."""
+    """What each source's loss, loss-scale and gradient-norm readings say."""
     hits = []
     for scan in scans:
         found: list[tuple[Signature, str, int]] = []
@@ -105,6 +108,9 @@ def curve_hits(scans: Sequence[SourceScan]) -> list[Hit]:
         if collapse is not None:
             signature = LOSS_SCALE_COLLAPSE if collapse.deep else LOSS_SCALE_FALLING
             found.append((signature, collapse.describe(), collapse.line))
+        blowup = find_grad_norm_spike(scan.grad_points)
+        if blowup is not None:
+            found.append((GRAD_NORM_SPIKE, blowup.describe(), blowup.line))
         for signature, text, line in found:
             hits.append(
                 synthetic_hit(
