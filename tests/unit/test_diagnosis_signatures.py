@@ -134,6 +134,9 @@ def test_regexes_compile_without_catastrophic_backtracking() -> None:
         "can cause the process to hang. It is recommended to upgrade the kernel to the minimum "
         "version or higher.",
         "NCCL_P2P_DISABLE unset: this may cause the training to hang on some systems",
+        # a traceback's source line passing a timeout setting on: no timeout happened
+        "    pg = ProcessGroupGloo(prefix_store, rank, world_size, timeout=timeout)",
+        "    dist.init_process_group(backend='nccl', timeout=timedelta(minutes=60))",
     ],
 )
 def test_lines_that_report_health_or_a_risk_name_no_cause(line: str) -> None:
