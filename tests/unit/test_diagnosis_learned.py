@@ -149,3 +149,20 @@ def test_a_text_without_a_categorys_hallmarks_leans_away_from_it() -> None:
     assert bare is not None and bare.category is Category.ScriptError
     worker = model.guess(f"{frames} dataloader worker killed by signal")
     assert worker is not None and worker.category is Category.DataloaderKilled
+
+
+def test_the_table_never_names_a_gpu_hardware_fault() -> None:
+    """Words alone do not make a hardware fault: an NVLink, ECC or bus-loss diagnosis needs its
+    own line (an Xid, an ECC count, a link state) that a signature reads. A text whose words
+    lean to the hardware examples is read for the best of the other categories."""
+    nvidia_smi = "error: nvidia driver systemd service failed, nvidia-smi table gpu fan temp"
+    model = train(
+        [
+            *[(Category.NVLinkError, f"{nvidia_smi} fabric manager {i}") for i in range(4)],
+            *[(Category.ECCError, f"{nvidia_smi} volatile {i}") for i in range(3)],
+            (Category.ScriptError, "error: keyerror in the service config, systemd failed"),
+            (Category.ScriptError, "error: valueerror in the service config file"),
+        ]
+    )
+    guess = model.guess("error: the nvidia driver service failed (systemd), nvidia-smi table")
+    assert guess is not None and guess.category is Category.ScriptError
