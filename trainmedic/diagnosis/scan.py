@@ -217,19 +217,21 @@ class _Scanner:
 
     def _collect_loss(self, body: bytes, first_line: int) -> None:
         before = self.last_scale
-        window = body[:LOSS_SAMPLE_BYTES]
-        window = window[: window.rfind(b"\n") + 1]
         points: list[LossPoint] = []
         scales: list[LossPoint] = []
-        if b"oss" in body:  # "loss" or "Loss"
+        grads: list[LossPoint] = []
+        has_loss, has_norm = b"oss" in body, b"norm" in body  # "loss" or "Loss"; "grad norm"
+        if has_loss or has_norm:
+            window = body[:LOSS_SAMPLE_BYTES]
+            window = window[: window.rfind(b"\n") + 1]
+        if has_loss:
             points = list(extract_losses(window, first_line, limit=LOSS_SAMPLE_POINTS))
             scales = list(
                 extract_loss_scales(window, first_line, limit=LOSS_SAMPLE_POINTS, previous=before)
             )
             if scales:
                 self.last_scale = scales[-1].value
-        grads = []
-        if b"norm" in body:
+        if has_norm:
             grads = list(extract_grad_norms(window, first_line, limit=LOSS_SAMPLE_POINTS))
         self.loss_blocks.append(points)
         self.scale_blocks.append(scales)
