@@ -166,3 +166,25 @@ def test_the_table_never_names_a_gpu_hardware_fault() -> None:
     )
     guess = model.guess("error: the nvidia driver service failed (systemd), nvidia-smi table")
     assert guess is not None and guess.category is Category.ScriptError
+
+
+def test_a_guess_names_the_machine_the_logs_came_from() -> None:
+    """A rule's node loss is reported by the survivors, so the machine that wrote its lines is
+    not named; a guess drains nothing, and the one machine the logs came from is still the
+    place a human looks first, whatever category the words lean to."""
+    model = train(
+        [
+            (Category.NodeFailure, "error: the peer machine went away, contact lost for good"),
+            (Category.NodeFailure, "error: contact lost, the peer machine went away"),
+            (Category.ScriptError, "error: keyerror in the config file"),
+        ]
+    )
+    lines = [
+        "Dec  7 00:00:01 gpu017 trainer[4242]: step 10 done",
+        "Dec  7 00:00:09 gpu017 trainer[4242]: error: contact lost, the peer machine went away",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("job.log", lines)], learned=model)
+    assert diagnosis.category is Category.NodeFailure and diagnosis.source == "learned"
+    assert diagnosis.root_cause_host == "gpu017"
+    plan = plan_remediation(diagnosis, job_info(nodes=("gpu017", "gpu018"), gpus_per_node=8))
+    assert plan.drain == () and plan.page_oncall

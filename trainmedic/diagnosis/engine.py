@@ -306,5 +306,10 @@ def _unknown(
         learned=learned,
         unproven={h.signature.category for h in unproven},
     )
-    only = None if diagnosis.root_cause_host else only_host(diagnosis.category, scans, hits)
+    suggested = diagnosis.source in ("learned", "llm")  # a guess: it drains nothing
+    only = (
+        None
+        if diagnosis.root_cause_host
+        else only_host(diagnosis.category, scans, hits, suggested=suggested)
+    )
     return diagnosis.model_copy(update={"root_cause_host": only}) if only else diagnosis

@@ -45,12 +45,20 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     return only_host(winner.category, scans, hits)
 
 
-def only_host(category: Category, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
+def only_host(
+    category: Category,
+    scans: Sequence[SourceScan],
+    hits: Sequence[Hit],
+    *,
+    suggested: bool = False,
+) -> str | None:
     """The one host every log was written on (their first and last lines, shell prompts, file
     names, every matched line): a one-node log (a one-node job, a report pasted from one
     machine) failed there. None where two hosts wrote, or none says, or for a category the
-    survivors report (see ``_NOT_WHERE_WRITTEN``)."""
-    if category in _NOT_WHERE_WRITTEN:
+    survivors report (see ``_NOT_WHERE_WRITTEN``) unless the category is only ``suggested``
+    (the word table's guess, which drains nothing: the machine the logs came from is still the
+    place to look first)."""
+    if category in _NOT_WHERE_WRITTEN and not suggested:
         return None
     hosts = set().union(*(scan.writers for scan in scans))
     hosts.update(h.host for h in hits if h.host)
