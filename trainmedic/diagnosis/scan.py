@@ -44,6 +44,10 @@ MAX_EVIDENCE_TEXT = 400
 FULL_LOSS_BLOCKS = 2  # the last blocks of a source: every loss value is read
 LOSS_SAMPLE_BYTES = 32 << 10  # other blocks: only their first 32 KiB
 LOSS_SAMPLE_POINTS = 16
+# The gradient norm is read in full only over the last block's last 64 KiB (where the log
+# ends, and a blow-up the loss has not followed yet is): trainers print it on every step line,
+# and reading a whole block of them cost as much as the loss curve itself.
+GRAD_TAIL_BYTES = 64 << 10
 
 HEAD_LINES = 40  # the first lines of a source, where launchers and NCCL say where they run
 
@@ -251,8 +255,9 @@ class _Scanner:
                 self.scale_blocks[block_index] = scales
                 if scales:
                     before = scales[-1].value
-            if b"norm" in body:
-                self.grad_blocks[block_index] = list(extract_grad_norms(body, first_line))
+            if position == len(recent) - 1 and b"norm" in body:
+                sampled = self.grad_blocks[block_index]
+                self.grad_blocks[block_index] = _norms_to_end(body, first_line, sampled)
         self.result.loss_points = [p for block in self.loss_blocks for p in block]
         self.result.scale_points = [p for block in self.scale_blocks for p in block]
         self.result.grad_points = [p for block in self.grad_blocks for p in block]
@@ -353,3 +358,12 @@ def _excerpt(text: str, start: int) -> str:
         return text
     begin = max(0, start - 120)
     return ("…" if begin else "") + text[begin : begin + MAX_EVIDENCE_TEXT] + "…"
+
+
+def _norms_to_end(body: bytes, first_line: int, sampled: list[LossPoint]) -> list[LossPoint]:
+    """The block's gradient norms: all of them in its last GRAD_TAIL_BYTES, after the ones its
+    sample read (the whole block where that leaves nothing between them)."""
+    if len(body) <= LOSS_SAMPLE_BYTES + GRAD_TAIL_BYTES:
+        return list(extract_grad_norms(body, first_line))
+    cut = body.find(b"\n", len(body) - GRAD_TAIL_BYTES) + 1
+    return [*sampled, *extract_grad_norms(body[cut:], first_line + body.count(b"\n", 0, cut))]
