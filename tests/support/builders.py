@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from trainmedic.core.models import JobInfo, JobSpec, JobState
+from trainmedic.core.models import Diagnosis, JobInfo, JobSpec, JobState
+from trainmedic.diagnosis import LogSource, diagnose
 
 
 def job_info(
@@ -43,3 +44,8 @@ def nccl_watchdog_timeout(rank: int, seq: int = 812) -> str:
         f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
         "NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
     )
+
+
+def diagnosed(*lines: str) -> Diagnosis:
+    """The diagnosis of one log file holding these lines."""
+    return diagnose([LogSource.from_lines("job.log", list(lines))])

@@ -4,7 +4,7 @@ node loss as control planes report it)."""
 
 from __future__ import annotations
 
-from support.builders import job_info
+from support.builders import diagnosed, job_info
 from support.builders import nccl_watchdog_timeout as timeout
 
 from trainmedic.core.taxonomy import Action, Category
@@ -139,30 +139,16 @@ def test_an_exception_s_class_name_is_no_cause_of_the_words_it_wraps() -> None:
     not the one torch was built against, not a script's bug that an NCCL error followed. The
     other way round, an NCCL error code quoting a CUDA failure, the quoted failure is the
     cause."""
-    wrapped = diagnose(
-        [
-            LogSource.from_lines(
-                "rank0.log",
-                [
-                    "Traceback (most recent call last):",
-                    '  File "train.py", line 1, in <module>',
-                    "ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so: "
-                    "undefined symbol: ncclMemFree",
-                ],
-            )
-        ]
+    wrapped = diagnosed(
+        "Traceback (most recent call last):",
+        '  File "train.py", line 1, in <module>',
+        "ImportError: /env/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so: "
+        "undefined symbol: ncclMemFree",
     )
     assert wrapped.category is Category.NCCLError
-    quoting = diagnose(
-        [
-            LogSource.from_lines(
-                "rank0.log",
-                [
-                    "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda "
-                    "failure 'invalid resource handle'"
-                ],
-            )
-        ]
+    quoting = diagnosed(
+        "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda "
+        "failure 'invalid resource handle'"
     )
     assert quoting.category is Category.CUDAError
 
@@ -170,22 +156,22 @@ def test_an_exception_s_class_name_is_no_cause_of_the_words_it_wraps() -> None:
 def test_a_compiler_s_wrapper_gives_way_to_the_error_it_raised() -> None:
     """Inductor wraps whatever failed under it: a cubin the driver refuses is the install's
     CUDA fault; a CUDA graph's outputs read after the next replay is the training loop's."""
-    lines = [
+    refused = diagnosed(
         "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
         "RuntimeError: Triton Error [CUDA]: device kernel image is invalid",
-    ]
-    assert diagnose([LogSource.from_lines("train.log", lines)]).category is Category.CUDAError
-    graphs = [
+    )
+    assert refused.category is Category.CUDAError
+    graphs = diagnosed(
         "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
         'by a subsequent run. Stack trace: File "models/tokenizer.py", line 90, in forward'
-    ]
-    assert diagnose([LogSource.from_lines("train.log", graphs)]).category is Category.ScriptError
+    )
+    assert graphs.category is Category.ScriptError
 
 
 def test_an_import_through_a_checkpoint_module_is_no_checkpoint_failure() -> None:
     """A frame of checkpointing.py at module level is Python importing it: the extension it
     imports failed to load, not a checkpoint."""
-    lines = [
+    diagnosis = diagnosed(
         "Traceback (most recent call last):",
         '  File "/w/Megatron-LM/megatron/initialize.py", line 19, in <module>',
         "    from megatron.checkpointing import load_args_from_checkpoint",
@@ -195,8 +181,7 @@ def test_an_import_through_a_checkpoint_module_is_no_checkpoint_failure() -> Non
         "    import amp_C",
         "ImportError: /usr/lib/python3.10/dist-packages/amp_C.cpython-310-x86_64-linux-gnu.so: "
         "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_j",
-    ]
-    diagnosis = diagnose([LogSource.from_lines("train.log", lines)])
+    )
     assert diagnosis.category is Category.ScriptError
 
 
@@ -204,29 +189,15 @@ def test_an_object_store_refusing_the_job_s_credentials_is_the_job_s_to_fix() ->
     """Access denied is the job's IAM role or keys, for its owner: no retry, no storage fault.
     The store failing the request itself (throttling, 5xx) is a storage fault."""
     job = job_info(nodes=("gpu001",), gpus_per_node=8)
-    denied = diagnose(
-        [
-            LogSource.from_lines(
-                "train.log",
-                [
-                    "botocore.exceptions.ClientError: An error occurred (AccessDenied) when "
-                    "calling the CreateMultipartUpload operation: Access Denied"
-                ],
-            )
-        ]
+    denied = diagnosed(
+        "botocore.exceptions.ClientError: An error occurred (AccessDenied) when "
+        "calling the CreateMultipartUpload operation: Access Denied"
     )
     assert denied.category is Category.ScriptError
     assert not plan_remediation(denied, job).restart
-    throttled = diagnose(
-        [
-            LogSource.from_lines(
-                "train.log",
-                [
-                    "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling "
-                    "the PutObject operation: Please reduce your request rate."
-                ],
-            )
-        ]
+    throttled = diagnosed(
+        "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling "
+        "the PutObject operation: Please reduce your request rate."
     )
     assert throttled.category is Category.StorageError
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from support.builders import diagnosed
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
@@ -147,27 +148,20 @@ def test_lines_that_report_health_or_a_risk_name_no_cause(line: str) -> None:
 def test_a_cpu_s_illegal_instruction_is_no_cuda_fault() -> None:
     """SIGILL as a shell reports it is the CPU refusing an instruction (a binary built for
     another CPU): nothing says the GPU failed. CUDA's own error 715 is a kernel's."""
-
-    def category(line: str) -> Category:
-        return diagnose([LogSource.from_lines("x.log", [line])]).category
-
     sigill = './webui.sh: line 255:   146 Illegal instruction     (core dumped) "${python_cmd}"'
-    assert category(sigill) is not Category.CUDAError
+    assert diagnosed(sigill).category is not Category.CUDAError
     kernel = "RuntimeError: CUDA error: an illegal instruction was encountered"
-    assert category(kernel) is Category.CUDAError
+    assert diagnosed(kernel).category is Category.CUDAError
 
 
 def test_a_missing_checkpoint_file_is_the_checkpoints_and_a_missing_data_file_the_scripts() -> None:
-    def category(line: str) -> Category:
-        return diagnose([LogSource.from_lines("x.log", [line])]).category
-
     saved_away = (
         "FileNotFoundError: [Errno 2] No such file or directory: "
         "'/mnt/nas/run7/tmp-checkpoint-81' -> '/mnt/nas/run7/checkpoint-81'"
     )
-    assert category(saved_away) is Category.CheckpointError
+    assert diagnosed(saved_away).category is Category.CheckpointError
     no_data = "FileNotFoundError: [Errno 2] No such file or directory: 'data/train-00001.jsonl'"
-    assert category(no_data) is Category.ScriptError
+    assert diagnosed(no_data).category is Category.ScriptError
     # the storage failing under the checkpoint is the storage's
     eio = "OSError: [Errno 5] Input/output error: '/lustre/run7/checkpoint-81/model.pt'"
-    assert category(eio) is Category.StorageError
+    assert diagnosed(eio).category is Category.StorageError
