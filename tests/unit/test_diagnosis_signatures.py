@@ -165,3 +165,24 @@ def test_a_missing_checkpoint_file_is_the_checkpoints_and_a_missing_data_file_th
     # the storage failing under the checkpoint is the storage's
     eio = "OSError: [Errno 5] Input/output error: '/lustre/run7/checkpoint-81/model.pt'"
     assert diagnosed(eio).category is Category.StorageError
+
+
+def test_a_sanitizer_report_in_a_cuda_library_kernel_is_the_library_s() -> None:
+    """compute-sanitizer's first line says an access was invalid; the frame under it says
+    whose kernel made it. In the job's own kernel it is the script's indexing; in cuSPARSE's
+    it is the CUDA library's, whatever the progress bar the report was printed on."""
+    report = "Epoch 01: 375it [04:27,  1.36it/s]========= Invalid __shared__ read of size 4"
+    library = "=========     at void cusparse::csr2csc_rows_expansion_kernel<128>(int *)+0x20"
+    own = "=========     at write_oob(int *)+0x50 in kernel_oob.cu:7"
+    assert diagnosed(report, library).category is Category.CUDAError
+    assert diagnosed(report, own).category is Category.ScriptError
+
+
+def test_gradients_clipped_ten_thousandfold_are_a_loss_spike() -> None:
+    """icefall's optimiser clips every step whose gradient norm passes its threshold; only a
+    factor of 1e-4 or less (a norm ten thousand times the recent median) is a blow-up."""
+    clipped = "WARNING [optim.py:359] Scaling gradients by {}, model_norm_threshold=741.39"
+    assert diagnosed(clipped.format("5.275502917356789e-05")).category is Category.LossSpike
+    assert diagnosed(clipped.format("0.0")).category is Category.LossSpike
+    for ordinary in ("0.5166", "0.0011294195428490639", "2.5e-03"):
+        assert diagnosed(clipped.format(ordinary)).category is not Category.LossSpike
