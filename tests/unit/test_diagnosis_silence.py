@@ -71,6 +71,26 @@ def test_a_word_of_an_error_or_an_ending_is_no_silence() -> None:
         ), last
 
 
+def test_a_log_cut_inside_a_traceback_ended_in_a_crash_and_a_thread_dump_in_a_hang() -> None:
+    """A traceback's frames ('line 12, in f') are printed as an exception is raised: a log
+    cut inside them crashed, whatever the lines that said why. A watcher's dump of live
+    threads (a hang) prints frames in the same form under its thread headers."""
+    frames = [
+        '  File "/opt/trl/trainer/grpo_trainer.py", line 404, in __init__',
+        "    self.llm = LLM(",
+        '  File "/opt/vllm/engine/llm_engine.py", line 429, in _initialize_kv_caches',
+        "    self.model_executor.initialize_cache(num_gpu_blocks, num_cpu_blocks)",
+    ]
+    crashed = diagnose([LogSource.from_lines("gpu07.log", [*METRICS, *frames])], learned=NO_WORDS)
+    assert crashed.category is Category.Unknown
+    native = ["==== backtrace (tid:   4304) ====", " 0 0x0000000000014420 __funlockfile()  ???:0"]
+    crashed = diagnose([LogSource.from_lines("gpu07.log", [*METRICS, *native])], learned=NO_WORDS)
+    assert crashed.category is Category.Unknown
+    dump = [*METRICS, "Printing stack", "-- Thread ID: 140180603557696 ---", *frames]
+    stuck = diagnose([LogSource.from_lines("gpu07.log", dump)], learned=NO_WORDS)
+    assert stuck.category is Category.Hang
+
+
 def test_a_known_heartbeat_age_is_read_instead() -> None:
     """Where the caller knows when the job last made progress, that (not the log's end) says
     whether it hung."""

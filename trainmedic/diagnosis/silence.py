@@ -7,8 +7,8 @@ Two readings, the second asked only once the word table has nothing either:
 - ``ends_in_progress``: every log's last line is ordinary output (a log level, a progress bar,
   a training step). That is what a hang looks like from its logs.
 - ``ends_unexplained``: the last lines hold no word of an error or an ending, whatever the
-  last line says (a metrics table, a stack frame, a command echoed). Weaker: a report may
-  have cut the lines that said why.
+  last line says (a metrics table, a thread dump, a command echoed). Weaker: a report may
+  have cut the lines that said why. A log cut inside a raised traceback ended in a crash.
 """
 
 from __future__ import annotations
@@ -23,11 +23,19 @@ from trainmedic.diagnosis.scan import Hit, SourceScan
 
 __all__ = ["ends_in_progress", "ends_unexplained"]
 
-# A line that says the job failed or was stopped: its log does not end in silence.
+# A line that says the job failed or was stopped: its log does not end in silence. A native
+# backtrace (UCX's "==== backtrace", glibc's) is a crash's.
 _TERMINAL = re.compile(
     r"(?i)error|exception|fail|fatal|abort|signal|kill|exit|terminat|traceback|died|dead|"
-    r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt"
+    r"cancel|segmentation|core dump|panic|oom\b|giving up|shut(?:ting)? ?down|interrupt|"
+    r"backtrace"
 )
+# A traceback's frame ('File "x.py", line 12, in f'): a log cut inside one ended in a crash,
+# unless its last lines are a stack dump of live threads, which a hang's watcher prints
+# (faulthandler's 'Current thread 0x...', a handler's "Thread ID", py-spy's 'Thread 123'):
+# faulthandler's own frames ('line 12 in f', no comma) and py-spy's never match.
+_RAISED_FRAME = re.compile(r'\bFile "[^"]+", line \d+, in ')
+_THREAD_DUMP = re.compile(r"(?i)\b(?:current )?thread (?:id\b|0x[0-9a-f]+|\d+)|printing stack")
 # An ordinary line: a log level (glog's "I0515 20:03:26.569316" is INFO, "V0731 ..." verbose,
 # a short "[I]" tag), a progress bar, a training step, PyTorch loading a C++/CUDA extension it
 # built (where a stale build lock leaves it waiting), a rank checking in at start-up
@@ -82,6 +90,8 @@ def _quiet_end(
         if not lines:
             continue
         if any(_TERMINAL.search(line) for line in lines):
+            return None
+        if any(map(_RAISED_FRAME.search, lines)) and not any(map(_THREAD_DUMP.search, lines)):
             return None
         if progress and not any(
             _ORDINARY.search(text) or RAY_WORKER_LINE.match(text)
