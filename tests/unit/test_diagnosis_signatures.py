@@ -186,3 +186,18 @@ def test_gradients_clipped_ten_thousandfold_are_a_loss_spike() -> None:
     assert diagnosed(clipped.format("0.0")).category is Category.LossSpike
     for ordinary in ("0.5166", "0.0011294195428490639", "2.5e-03"):
         assert diagnosed(clipped.format(ordinary)).category is not Category.LossSpike
+
+
+def test_tasks_killed_after_one_aborted_are_srun_s_clean_up_not_a_memory_kill() -> None:
+    """srun kills a step's other tasks once one of them dies, by an error exit or by a signal
+    of its own: those kills are no OOM killer's. The task that died says why."""
+    aborted = (
+        "[hipSYCL Error] from hip_queue.cpp:355 @ submit_memset() : hip_queue: "
+        "hipMemsetAsync() failed (error code = HIP:1)",
+        "srun: error: nid002892: task 39: Aborted (core dumped)",
+        "srun: error: nid002892: tasks 0-38,40-63: Killed",
+    )
+    diagnosis = diagnosed(*aborted)
+    assert diagnosis.category is Category.CUDAError
+    assert diagnosed(*aborted[1:]).category is not Category.HostOOM
+    assert diagnosed(aborted[2]).category is Category.HostOOM  # a lone kill stays a suspicion
