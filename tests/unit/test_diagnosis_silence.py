@@ -91,6 +91,19 @@ def test_a_log_cut_inside_a_traceback_ended_in_a_crash_and_a_thread_dump_in_a_ha
     assert stuck.category is Category.Hang
 
 
+def test_nccl_finding_no_infiniband_is_routine_and_no_ending() -> None:
+    """On a host without InfiniBand NCCL warns that it cannot open the verbs library and goes
+    on over sockets: a job silent after that warning stopped making progress."""
+    lines = [
+        "Rank 3: Completed store-based barrier for key:store_based_barrier_key:1 with 7 nodes.",
+        "gpu07:34127:34127 [0] NCCL INFO Bootstrap : Using eno1:192.168.1.133<0>",
+        "gpu07:34127:34127 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+        "gpu07:34127:34127 [0] NCCL INFO NET/Socket : Using [0]eno1:192.168.1.133<0>",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("gpu07.log", lines)], learned=NO_WORDS)
+    assert diagnosis.category is Category.Hang and diagnosis.symptom_only
+
+
 def test_a_known_heartbeat_age_is_read_instead() -> None:
     """Where the caller knows when the job last made progress, that (not the log's end) says
     whether it hung."""

@@ -54,10 +54,14 @@ _ORDINARY = re.compile(
 # Lines that say nothing: an ellipsis where a report cut lines out.
 _EMPTY = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
 # NCCL probing for optional network plugins at start-up ("NET/Plugin: Failed to find
-# ncclCollNetPlugin_v4 symbol", "Plugin load (libnccl-net.so) returned 2"): routine, not a failure.
+# ncclCollNetPlugin_v4 symbol", "Plugin load (libnccl-net.so) returned 2") or for the verbs
+# library on a host without InfiniBand (it then uses sockets): routine, not a failure.
 # A Python warning ("checkpoint.py:460: UserWarning: ...", then its "  warnings.warn(" source
 # line) is printed once when a code path is first taken and says nothing of how the job ended.
-_ROUTINE = re.compile(r"NCCL INFO NET/Plugin\s*:|\.py:\d+: \w*Warning: |^\s*warnings\.warn\(")
+_ROUTINE = re.compile(
+    r"NCCL INFO NET/Plugin\s*:|NCCL WARN Failed to open libibverbs\b|"
+    r"\.py:\d+: \w*Warning: |^\s*warnings\.warn\("
+)
 
 
 def ends_in_progress(scans: Sequence[SourceScan], hits: Sequence[Hit]) -> tuple[int, str] | None:
