@@ -95,7 +95,8 @@ def _quiet_end(
             continue
         if any(_TERMINAL.search(line) for line in lines):
             return None
-        if any(map(_RAISED_FRAME.search, lines)) and not any(map(_THREAD_DUMP.search, lines)):
+        said = [_said(line) for line in lines]
+        if any(map(_RAISED_FRAME.search, said)) and not any(map(_THREAD_DUMP.search, said)):
             return None
         if progress and not any(
             _ORDINARY.search(text) or RAY_WORKER_LINE.match(text)
