@@ -40,6 +40,9 @@ TRACEBACK = "Traceback (most recent call last):"
         json.dumps({"log": TRACEBACK + "\n", "stream": "stderr", "time": "2025-03-04T05:06:07Z"}),
         json.dumps({"message": f"12: [rank3]: {TRACEBACK}"}),
         f"[2025-03-04 05:06:07,123] 12: [rank3]: {TRACEBACK}",  # several, in any order
+        f"(TaskRunner pid=844447) {TRACEBACK}",  # a Ray worker's output
+        f"(RayWorker pid=9, ip=10.0.0.3) {TRACEBACK}",
+        f"i.finetune/0 [default0]:[rank0]: {TRACEBACK}",  # torchx / NeMo-Run's role and rank
     ],
 )
 def test_the_message_is_found_inside_its_envelope(line: str) -> None:

@@ -3,7 +3,8 @@
 Between a training script's ``print`` and the file an on-call engineer reads, a line picks up
 prefixes and escapes: a timestamp (the logging module's, journald's, a log shipper's), a log
 level, ``srun --label``'s task number, ``mpirun --tag-output``'s ``[1,3]<stderr>:``,
-torchrun's ``[rank3]:``, pdsh's ``node7:``, glog's ``E0813 06:19:49.809 161210 api.py:869]``,
+torchrun's ``[rank3]:``, pdsh's ``node7:``, a Ray worker's ``(TaskRunner pid=84)``, torchx's
+``trainer/0 [0]:``, glog's ``E0813 06:19:49.809 161210 api.py:869]``,
 a container runtime's JSON (``{"log": "...", "stream": "stderr"}``), a bug report's quote mark
 or indentation. Signatures anchored at the start of a message ("Traceback", "Thread 0x...
 (most recent call first)", "Killed") do not see it behind them. (A console's colour codes
@@ -52,6 +53,13 @@ _PARTS = (
 )
 # pdsh / DeepSpeed's runner: a machine's name (a digit in it) or address, then ": "
 _HOST = r"(?:[A-Za-z][\w-]*\d[\w.-]*|\d{1,3}(?:\.\d{1,3}){3}): "
+# Ray's worker prefix ("(TaskRunner pid=844447) ", "(RayWorker pid=9, ip=10.0.0.3) ") and
+# torchx's / NeMo-Run's role, replica and local rank ("dlrm_main/0 [0]:", "i.finetune/0
+# [default0]:"): the worker that wrote the line, as pdsh's host.
+_WORKER = (
+    r"\((?:[\w.-]+ )?pid=\d*(?:, ip=\d{1,3}(?:\.\d{1,3}){3})?\)[ \t]|"
+    r"[\w.-]+/\d+ \[(?:default)?\d+\]:[ \t]?"
+)
 
 
 def _prefixes(parts: tuple[str, ...]) -> str:
@@ -64,7 +72,7 @@ def _prefixes(parts: tuple[str, ...]) -> str:
 # The kernel's and syslog's prefixes are not among them: a kernel line is the kernel's own
 # words, never a program's output a signature anchored at its start is written for (and a
 # device's name after the kernel's time, "ata3: ", is no writer's).
-_PREFIX = re.compile(_prefixes((*_PARTS, _HOST)))
+_PREFIX = re.compile(_prefixes((*_PARTS, _HOST, _WORKER)))
 # The prefixes that name no one: what is left starts with the writer's name, if any.
 _ANONYMOUS = re.compile(_prefixes(_PARTS))
 # A container runtime's or a shipper's JSON line: the text is its "log" / "message" field.
