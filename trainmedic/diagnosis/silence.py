@@ -84,18 +84,18 @@ def _quiet_end(
         return None
     last: tuple[int, str] | None = None
     for scan in scans:
-        lines = [
-            line
+        kept = [
+            (line, said)
             for line in scan.tail
             if (said := _said(line)).strip()
             and not _EMPTY.match(said)
             and not _ROUTINE.search(line)
         ]
-        if not lines:
+        if not kept:
             continue
+        lines, said = [line for line, _ in kept], [message for _, message in kept]
         if any(_TERMINAL.search(line) for line in lines):
             return None
-        said = [_said(line) for line in lines]
         if any(map(_RAISED_FRAME.search, said)) and not any(map(_THREAD_DUMP.search, said)):
             return None
         if progress and not any(
