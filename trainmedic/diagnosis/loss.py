@@ -166,18 +166,14 @@ class GradNormSpike:
 def find_grad_norm_spike(points: Sequence[LossPoint]) -> GradNormSpike | None:
     """The largest reading at least GRAD_SPIKE_RATIO times the running median of the readings
     before it (GRAD_SPIKE_MIN_POINTS of them at least)."""
-    ordered: list[float] = []
-    window: deque[float] = deque()
     largest: GradNormSpike | None = None
-    for point in points:
-        baseline = _median(ordered) if len(ordered) >= GRAD_SPIKE_MIN_POINTS else 0.0
-        jump = point.value / baseline if baseline > 0 else 0.0
+    medians = _running_medians([p.value for p in points])
+    for point, (baseline, seen) in zip(points, medians, strict=True):
+        if seen < GRAD_SPIKE_MIN_POINTS or baseline <= 0:
+            continue
+        jump = point.value / baseline
         if jump >= GRAD_SPIKE_RATIO and (largest is None or jump > largest.peak / largest.baseline):
             largest = GradNormSpike(point.line, baseline, point.value)
-        window.append(point.value)
-        bisect.insort(ordered, point.value)
-        if len(window) > WINDOW:
-            del ordered[bisect.bisect_left(ordered, window.popleft())]
     return largest
 
 
@@ -207,25 +203,31 @@ def _spikes(points: Sequence[LossPoint]) -> Iterator[LossSpike]:
     """Every point far above the running median before it, with where the loss settled."""
     if len(points) < 2:
         return
+    values = [p.value for p in points]
+    for index, (baseline, seen) in enumerate(_running_medians(values)):
+        value = values[index]
+        if (
+            seen
+            and baseline > 0
+            and value >= baseline * SPIKE_RATIO
+            and value - baseline >= SPIKE_MIN_ABS
+        ):
+            after = values[index + 1 :]
+            level = _median(sorted(after[-SETTLE_POINTS:])) if after else value
+            yield LossSpike(index, points[index].line, baseline, value, level)
+
+
+def _running_medians(values: Sequence[float]) -> Iterator[tuple[float, int]]:
+    """For each value, the median of the (up to WINDOW) values before it and how many there
+    were (0.0 and 0 for the first)."""
     window: deque[float] = deque()
     ordered: list[float] = []
-    values = [p.value for p in points]
-    for index, value in enumerate(values):
-        if ordered:
-            baseline = _median(ordered)
-            if (
-                baseline > 0
-                and value >= baseline * SPIKE_RATIO
-                and value - baseline >= SPIKE_MIN_ABS
-            ):
-                after = values[index + 1 :]
-                level = _median(sorted(after[-SETTLE_POINTS:])) if after else value
-                yield LossSpike(index, points[index].line, baseline, value, level)
+    for value in values:
+        yield (_median(ordered) if ordered else 0.0), len(ordered)
         window.append(value)
         bisect.insort(ordered, value)
         if len(window) > WINDOW:
-            old = window.popleft()
-            del ordered[bisect.bisect_left(ordered, old)]
+            del ordered[bisect.bisect_left(ordered, window.popleft())]
 
 
 def _median(ordered: Sequence[float]) -> float:
