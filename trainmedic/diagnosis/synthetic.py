@@ -60,8 +60,8 @@ HEARTBEAT_STALE = _synthetic("heartbeat-stale", Category.Hang, 0.4)
 # that failed like that stopped making progress; which rank stalled, the logs cannot say.
 SILENCE = _synthetic("log-ends-in-silence", Category.Hang, 0.3, Role.symptom)
 # Nor does the word table find a cause, and no last line says that anything failed or ended,
-# though the last is no progress line (a metrics table, a stack frame): weaker still, as a
-# report may have cut the lines that said why.
+# though the last is no progress line (a metrics table, a thread dump): weaker still, as a
+# report may have cut the lines that said why (silence.ends_unexplained).
 UNEXPLAINED_END = _synthetic("log-ends-unexplained", Category.Hang, 0.2, Role.symptom)
 # Collective timeouts while a rank was still saving a checkpoint: the save is the cause.
 SAVE_UNFINISHED = _synthetic("checkpoint-save-unfinished", Category.CheckpointError, 0.6)
