@@ -48,6 +48,38 @@ def test_a_hardware_fault_outranks_the_socket_error_printed_before_it() -> None:
     assert network.where.startswith("rank-00000.node001.err:")
 
 
+def test_a_lost_gpu_outranks_an_as_decisive_cause_printed_before_it() -> None:
+    """A framework's out-of-memory warning (it recovers from those), then the GPU lost from the
+    bus: equally decisive lines, and the GPU's own hardware fault is what ended the job, though
+    printed last. One line read two ways stays one event: a CPU cache's machine check is the
+    node's, not GPU memory's ECC."""
+    sources = [
+        LogSource.from_lines(
+            "train.log",
+            [
+                "2020-11-06 22:55:35 | WARNING | fairseq.trainer | OOM: Ran out of memory with "
+                "exception: CUDA out of memory. Tried to allocate 28.00 MiB (GPU 1; 10.92 GiB "
+                "total capacity; 10.13 GiB already allocated; 13.38 MiB free)",
+                "2020-11-08 23:47:40 | WARNING | fairseq.trainer | attempting to recover from OOM",
+                "Unable to determine the device handle for GPU 0000:0D:00.0: GPU is lost.  "
+                "Reboot the system to recover this GPU",
+            ],
+        )
+    ]
+    diagnosis = diagnose(sources)
+    assert diagnosis.category is Category.GPUFallenOff
+    (oom,) = [r for r in diagnosis.rivals if r.category is Category.CUDAOutOfMemory]
+    assert oom.where == "train.log:1"
+    machine_check = [
+        "[79566.550667] mce: Uncorrected hardware memory error in user-access at 8aa9a1340",
+        "[79566.550686] [Hardware Error]: Load Store Unit Ext. Error Code: 1, An ECC error or "
+        "L2 poison was detected on a data cache read by a load.",
+    ]
+    assert diagnose([LogSource.from_lines("kern.log", machine_check)]).category is (
+        Category.NodeFailure
+    )
+
+
 def test_an_nccl_error_printed_first_is_the_fallout_of_a_gpu_fault() -> None:
     sources = [
         LogSource.from_lines(

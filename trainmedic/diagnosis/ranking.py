@@ -50,6 +50,9 @@ _GPU_FAULT_FALLOUT = frozenset(
         Category.Hang,
     }
 )
+# A GPU's own hardware faults: as decisive as another cause, one of them wins (a lost GPU
+# after a framework's recovered out-of-memory warning is what ended the job).
+_GPU_HARDWARE = frozenset({Category.GPUFallenOff, Category.ECCError, Category.NVLinkError})
 _STALL = frozenset({Category.NCCLTimeout, Category.Hang})  # every other rank waits
 CONSEQUENCES: dict[Category, frozenset[Category]] = {
     Category.GPUFallenOff: _GPU_FAULT_FALLOUT,
@@ -191,7 +194,18 @@ def _only_wraps(cause: Candidate, fallout: Candidate) -> bool:
 def pick(candidates: Sequence[Candidate]) -> Candidate:
     top = max(c.score for c in candidates)
     contenders = [c for c in candidates if c.score >= top - TIE_MARGIN]
-    return min(contenders, key=lambda c: (c.hits[0].order, -c.score))
+    first = min(contenders, key=lambda c: (c.hits[0].order, -c.score))
+    if first.category in _GPU_HARDWARE:
+        return first
+    # A line the first reads too is one event read two ways: its more decisive reading stands
+    # (a CPU's cache ECC machine check is the node's, not the GPU memory's).
+    read_by_first = {h.order for h in first.hits}
+    hardware = [
+        c
+        for c in contenders
+        if c.category in _GPU_HARDWARE and not read_by_first & {h.order for h in c.hits}
+    ]
+    return min(hardware, key=lambda c: (c.hits[0].order, -c.score)) if hardware else first
 
 
 def _where(hit: Hit) -> str:
