@@ -116,6 +116,12 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "/var/log/kern.log:Aug 18 14:30:16 ubuntu kernel: Out of memory: Killed process 604639",
             "ubuntu",
         ),
+        # journalctl -o short-precise prints the microseconds
+        (
+            "Aug 10 22:40:59.880752 anthill kernel: NVRM: GPU0 _issueRpcAndWait: "
+            "rpcSendMessage failed with status 0x0000000f for fn 10 sequence 759!",
+            "anthill",
+        ),
         # ... while a PBS node list's row was written by whoever ran pbsnodes
         ("x3014c0s19b0n0       offline,resv-exclusive Xid 74 -- GPUs need reseat", None),
         # Open MPI's signal handler names the rank's machine; a rank tag in brackets does not
