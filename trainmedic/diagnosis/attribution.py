@@ -53,9 +53,11 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + _RAY_WORKER +
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
-    # "[host:pid:thread:tid]" crash reports.
+    # "[host:pid:thread:tid]" crash reports, and its log's "[1700000000.123456] [host:pid:thread]
+    # ib_mlx5_dv.c:452  UCX  ERROR ...".
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    r"|^(?:\d+: )?\[\d{9,10}\.\d+\]\s+\[(?P<ucx_log>[A-Za-z][\w.-]*):\d+:\d+\]\s+\w+\.c:\d+\s+UCX\s"
     # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
     # signal ***", "[node7:01501] Signal: Segmentation fault (11)", "[node7:01501] [ 0] ...".
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<ompi>[A-Za-z][\w.-]*):\d+\] "
@@ -70,7 +72,18 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<espnet>(?=[\w.-]*\d)[A-Za-z0-9][\w.-]*?)"
     r"(?::\d+/\d+)?\] (?=\[?\d{4}-\d\d-\d\d[ T])"
 )
-_HOST_GROUPS = ("host", "json_node", "tag", "ray", "srun", "ucx", "ompi", "pbs", "espnet")
+_HOST_GROUPS = (
+    "host",
+    "json_node",
+    "tag",
+    "ray",
+    "srun",
+    "ucx",
+    "ucx_log",
+    "ompi",
+    "pbs",
+    "espnet",
+)
 # The prefixes that name a line's writer beyond doubt, for telling which hosts a log was
 # written on at all: a bare "word7: " could be "epoch1: " and is taken only as an address, a
 # node list's row is about its node, written elsewhere.
