@@ -80,6 +80,21 @@ def test_a_lost_gpu_outranks_an_as_decisive_cause_printed_before_it() -> None:
     )
 
 
+def test_a_cuda_call_nccl_makes_with_an_invalid_argument_is_nccl_s_set_up_failing() -> None:
+    """NCCL's transports call CUDA for shared memory, IPC and P2P set-up: a platform that
+    rejects the call (WSL2, P2P through a PCIe switch with ACS) fails NCCL's init, not the GPU."""
+    lines = [
+        "00127-desktop:212030:212030 [0] NCCL INFO Channel 00 : 0[1000] -> 1[5000] via "
+        "SHM/direct/direct",
+        "00127-desktop:212030:212030 [0] transport.cc:154 NCCL WARN Cuda failure "
+        "'invalid argument'",
+        "00127-desktop:212030:212030 [0] NCCL INFO init.cc:1032 -> 1",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("vllm.log", lines)])
+    assert diagnosis.category is Category.NCCLError
+    assert not [r for r in diagnosis.rivals if r.category is Category.CUDAError]
+
+
 def test_an_nccl_error_printed_first_is_the_fallout_of_a_gpu_fault() -> None:
     sources = [
         LogSource.from_lines(
