@@ -116,6 +116,13 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "/var/log/kern.log:Aug 18 14:30:16 ubuntu kernel: Out of memory: Killed process 604639",
             "ubuntu",
         ),
+        # Cray MPICH's abort names the rank's node; Kaldi's queue.pl log header names the machine
+        (
+            "MPICH ERROR [Rank 0] [job id 2843791.3] [Tue Feb 14 16:11:55 2023] [nid007564] - "
+            "Abort(1616271) (rank 0 in comm 0): Fatal error in PMPI_Init: Other MPI error",
+            "nid007564",
+        ),
+        ("# Running on r7n01", "r7n01"),
         # UCX's own log prefix: "[seconds.micro] [host:pid:thread]  file.c:line  UCX  ERROR"
         (
             "[1784273406.684686] [iv-ydzf15rfggbw80bfv8sr:994396:0]      ib_mlx5_dv.c:452  UCX  "

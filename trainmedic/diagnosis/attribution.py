@@ -58,6 +58,8 @@ _LABEL_PREFIX = re.compile(
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
     r"|^(?:\d+: )?\[\d{9,10}\.\d+\]\s+\[(?P<ucx_log>[A-Za-z][\w.-]*):\d+:\d+\]\s+\w+\.c:\d+\s+UCX\s"
+    # Cray MPICH's abort: "MPICH ERROR [Rank 0] [job id 2843791.3] [Tue Feb 14 ...] [nid007564] -"
+    r"|^MPICH ERROR \[Rank \d+\] \[job id [^\]]*\] \[[^\]]*\] \[(?P<mpich>[A-Za-z][\w.-]*)\] - "
     # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
     # signal ***", "[node7:01501] Signal: Segmentation fault (11)", "[node7:01501] [ 0] ...".
     r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<ompi>[A-Za-z][\w.-]*):\d+\] "
@@ -80,6 +82,7 @@ _HOST_GROUPS = (
     "srun",
     "ucx",
     "ucx_log",
+    "mpich",
     "ompi",
     "pbs",
     "espnet",
@@ -118,11 +121,13 @@ _RAY_TASK_HEADER = re.compile(
 # nccl-tests' header names each rank's: "#  Rank  0 Group  0 Pid  21284 on gpu-3 device  0";
 # LSF's job report, a one-host job's ("Job was executed on host(s) <n-62-23-25>, in queue ...";
 # a job on several hosts lists them all, "<4*a>, <4*b>", and names no one machine);
+# Kaldi's queue.pl / slurm.pl job log header ("# Running on r7n01", then "# Started at ...");
 # TensorFlow's CUDA diagnostics after a failed cuInit ("cuda_diagnostics.cc:176] hostname: x").
 _MACHINE_LINE = re.compile(
     r"^Linux (?!version )(?P<host>[A-Za-z][\w.-]*) \d+\.\d+\.\d+-"
     r"|^#\s+Rank\s+\d+ (?:Group\s+\d+ )?Pid\s+\d+ on\s+(?P<rank_host>[A-Za-z][\w.-]*) device\b"
     r"|^Job was executed on host\(s\) <(?:\d+\*)?(?P<job_host>[A-Za-z][\w.-]*)>, in queue\b"
+    r"|^# Running on (?P<queue_host>[A-Za-z][\w.-]*)\s*$"
     r"|^.{0,120}?\bcuda_diagnostics\.cc:\d+\] hostname: (?P<tf_host>[A-Za-z][\w.-]*)\s*$"
 )
 _NOT_A_NODE = "localhost"
