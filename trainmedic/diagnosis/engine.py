@@ -8,7 +8,8 @@ causal model, not line order:
    (``CONSEQUENCES``: a GPU fault's NCCL, socket and storage errors; a node loss's timeouts)
    is that cause's consequence, whichever was printed first.
 2. Of what is left, categories are scored by their most decisive line (signature weight),
-   symptoms (collective timeouts) count half, near-ties go to the earliest line.
+   symptoms (collective timeouts) count half, near-ties go to a GPU's own hardware fault
+   (lost, ECC, NVLink), then to the earliest line.
 3. Corroborating lines (a job's exit code 137) count only beside a cause of their own
    category; alone they name a place and nothing else. A SIGKILL of one process that its
    launcher reports is a suspected host OOM, below the confidence floor (``killed-alone``).

@@ -4,8 +4,8 @@ confidence, and why each rival explanation lost.
 A category that another cause present in the job drags along (``CONSEQUENCES``: a GPU
 fault's NCCL, socket and storage errors; a node loss's timeouts) is that cause's fallout,
 whichever was printed first. Of what is left, the most decisive line (signature weight) wins,
-symptoms count half, near-ties go to the earliest line. Corroborating lines (a job's exit
-code 137) count only beside a cause of their own category.
+symptoms count half, near-ties go to a GPU's own hardware fault, then to the earliest line.
+Corroborating lines (a job's exit code 137) count only beside a cause of their own category.
 """
 
 from __future__ import annotations
