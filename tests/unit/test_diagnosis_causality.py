@@ -95,6 +95,27 @@ def test_a_cuda_call_nccl_makes_with_an_invalid_argument_is_nccl_s_set_up_failin
     assert not [r for r in diagnosis.rivals if r.category is Category.CUDAError]
 
 
+def test_a_ucx_adapter_failure_names_its_node_and_a_refused_connection_names_none() -> None:
+    """UCX's prefix names the node that printed the line. The adapter failing to create a
+    queue is that node's own fault; a connection it had refused is a witness's account of
+    a peer (or of the site's network set-up): no node is drained on it."""
+    adapter = (
+        "[1784273406.684686] [iv-ydzf15rfggbw80bfv8sr:994396:0]      ib_mlx5_dv.c:452  UCX  "
+        "ERROR   mlx5dv_devx_obj_create(CQ) failed on mlx5_1, syndrome 0x2aac7c: Remote I/O error"
+    )
+    diagnosis = diagnose([LogSource.from_lines("nixl.log", [adapter])])
+    assert diagnosis.category is Category.NetworkError
+    assert suspect_hosts(diagnosis) == ["iv-ydzf15rfggbw80bfv8sr"]
+    refused = (
+        "[1716594409.541480] [gpu1:1581047:0] sock.c:323 UCX ERROR connect(fd=87, "
+        "dest_addr=172.17.0.1:47133) failed: Connection refused"
+    )
+    diagnosis = diagnose([LogSource.from_lines("train.log", [refused])])
+    assert diagnosis.category is Category.NetworkError
+    plan = plan_remediation(diagnosis, job_info(nodes=("gpu1", "gpu2"), gpus_per_node=4))
+    assert plan.drain == ()
+
+
 def test_an_nccl_error_printed_first_is_the_fallout_of_a_gpu_fault() -> None:
     sources = [
         LogSource.from_lines(

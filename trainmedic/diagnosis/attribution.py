@@ -53,11 +53,9 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + _RAY_WORKER +
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
-    # "[host:pid:thread:tid]" crash reports, and its log's "[1700000000.123456] [host:pid:thread]
-    # ib_mlx5_dv.c:452  UCX  ERROR ...".
+    # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
     r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
-    r"|^(?:\d+: )?\[\d{9,10}\.\d+\]\s+\[(?P<ucx_log>[A-Za-z][\w.-]*):\d+:\d+\]\s+\w+\.c:\d+\s+UCX\s"
     # Cray MPICH's abort: "MPICH ERROR [Rank 0] [job id 2843791.3] [Tue Feb 14 ...] [nid007564] -"
     r"|^MPICH ERROR \[Rank \d+\] \[job id [^\]]*\] \[[^\]]*\] \[(?P<mpich>[A-Za-z][\w.-]*)\] - "
     # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
@@ -81,7 +79,6 @@ _HOST_GROUPS = (
     "ray",
     "srun",
     "ucx",
-    "ucx_log",
     "mpich",
     "ompi",
     "pbs",
