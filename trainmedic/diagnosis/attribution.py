@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from trainmedic.diagnosis.envelope import named_part
+from trainmedic.diagnosis.envelope import RAY_WORKER, named_part
 
 __all__ = [
     "Attribution",
@@ -33,11 +33,9 @@ _JSON_HOST = re.compile(
     r'"(?i:host_?name|node_?name)"\s*:\s*"(?P<host>[A-Za-z][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
     r'|"node"\s*:\s*"(?P<json_node>[A-Za-z][A-Za-z_-]*[\d.][\w.-]*|\d{1,3}(?:\.\d{1,3}){3})"'
 )
-# Ray's worker prefix: "(RayWorker pid=9, ip=10.0.0.3) ", "(pid=, ip=10.0.0.3) ", "(pid=4711) " on
-# the head node, after a "# " where a report quotes it as a comment. What follows it is the
-# worker's own output.
-_RAY_WORKER = r"\((?:[\w.-]+ )?pid=\d*(?:, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3}))?\)"
-RAY_WORKER_LINE = re.compile(r"^(?:#\s*)?" + _RAY_WORKER + " ")
+# Ray's worker prefix (envelope.RAY_WORKER), also after a "# " where a report quotes it as a
+# comment.
+RAY_WORKER_LINE = re.compile(r"^(?:#\s*)?" + RAY_WORKER + " ")
 # pdsh / DeepSpeed's multi-node runner ("node7: ", "192.168.13.81: "), a fleet health check's
 # per-node lines ("node-510 | ERROR: ..."), mpirun/accelerate's tagged output ("[gpu12:5]:"),
 # Ray's worker prefix where it carries the worker's address (below). An error code in that place
@@ -51,7 +49,7 @@ _LABEL_PREFIX = re.compile(
     r"(?P<host>[A-Za-z][A-Za-z_-]*\d[\w-]*|\d{1,3}(?:\.\d{1,3}){3})"
     r"(?:: | \| )"
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
-    r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + _RAY_WORKER +
+    r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + RAY_WORKER +
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
     # "[host:pid:thread:tid]" crash reports.
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"

@@ -28,7 +28,7 @@ import re
 from functools import cache
 from typing import NamedTuple
 
-__all__ = ["anchored", "message_templates", "messages", "named_part", "uncoloured"]
+__all__ = ["RAY_WORKER", "anchored", "message_templates", "messages", "named_part", "uncoloured"]
 
 # A terminal's control sequences (colours, mostly), as written or as rsyslog escapes them
 # ("#033[31m"; any digits there: every rule here is digit-blind): never part of what a line
@@ -53,13 +53,13 @@ _PARTS = (
 )
 # pdsh / DeepSpeed's runner: a machine's name (a digit in it) or address, then ": "
 _HOST = r"(?:[A-Za-z][\w-]*\d[\w.-]*|\d{1,3}(?:\.\d{1,3}){3}): "
-# Ray's worker prefix ("(TaskRunner pid=844447) ", "(RayWorker pid=9, ip=10.0.0.3) ") and
-# torchx's / NeMo-Run's role, replica and local rank ("dlrm_main/0 [0]:", "i.finetune/0
-# [default0]:"): the worker that wrote the line, as pdsh's host.
-_WORKER = (
-    r"\((?:[\w.-]+ )?pid=\d*(?:, ip=\d{1,3}(?:\.\d{1,3}){3})?\)[ \t]|"
-    r"[\w.-]+/\d+ \[(?:default)?\d+\]:[ \t]?"
-)
+# Ray's worker prefix: "(TaskRunner pid=844447) ", "(RayWorker pid=9, ip=10.0.0.3) ",
+# "(pid=4711) " on the head node. What follows it is the worker's own output; the address, where
+# it is printed, is the group "ray" (the attribution names the worker's node by it).
+RAY_WORKER = r"\((?:[\w.-]+ )?pid=\d*(?:, ip=(?P<ray>\d{1,3}(?:\.\d{1,3}){3}))?\)"
+# Ray's worker prefix and torchx's / NeMo-Run's role, replica and local rank ("dlrm_main/0
+# [0]:", "i.finetune/0 [default0]:"): the worker that wrote the line, as pdsh's host.
+_WORKER = RAY_WORKER + r"[ \t]|[\w.-]+/\d+ \[(?:default)?\d+\]:[ \t]?"
 
 
 def _prefixes(parts: tuple[str, ...]) -> str:
