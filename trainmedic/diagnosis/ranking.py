@@ -194,7 +194,7 @@ def _only_wraps(cause: Candidate, fallout: Candidate) -> bool:
 def pick(candidates: Sequence[Candidate]) -> Candidate:
     top = max(c.score for c in candidates)
     contenders = [c for c in candidates if c.score >= top - TIE_MARGIN]
-    first = min(contenders, key=lambda c: (c.hits[0].order, -c.score))
+    first = min(contenders, key=_printed_first)
     if first.category in _GPU_HARDWARE:
         return first
     # A line the first reads too is one event read two ways: its more decisive reading stands
@@ -205,7 +205,12 @@ def pick(candidates: Sequence[Candidate]) -> Candidate:
         for c in contenders
         if c.category in _GPU_HARDWARE and not read_by_first & {h.order for h in c.hits}
     ]
-    return min(hardware, key=lambda c: (c.hits[0].order, -c.score)) if hardware else first
+    return min(hardware, key=_printed_first) if hardware else first
+
+
+def _printed_first(candidate: Candidate) -> tuple[tuple[float, int, int], float]:
+    """Earliest line first; on the same line, the more decisive reading."""
+    return candidate.hits[0].order, -candidate.score
 
 
 def _where(hit: Hit) -> str:
