@@ -121,6 +121,11 @@ BAD = [
         "signature[0].weight=3: a number from 0 to 1",
     ),
     (
+        "[[signature]]\nid = 'x'\ncategory = 'ECCError'\nregex = 'ECC'\nexamples = ['ECC']\n"
+        "peer = 'yes'\n",
+        "signature[0].peer='yes': must be a bool",
+    ),
+    (
         "[[signature]]\nid = 'x'\ncategory = 'ECCError'\nregx = 'ECC'\n",
         "signature[0].regx='ECC': not a signature field",
     ),

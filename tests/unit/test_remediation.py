@@ -211,3 +211,85 @@ def test_symptom_only_evidence_never_drains_even_when_it_names_a_node() -> None:
     seen = diagnosis(Category.NCCLTimeout, "node002").model_copy(update={"symptom_only": True})
     plan = plan_remediation(seen, job())
     assert plan.drain == () and plan.locate
+
+
+def _nccl(host: str, message: str) -> str:
+    return f"{host}:4411:4502 [1] misc/socket.cc:538 NCCL WARN {message}"
+
+
+def test_a_socket_failure_drains_neither_end_and_the_pair_test_decides() -> None:
+    """A reset seen by node001 is a witness's line; a peer it names is only the far end of the
+    broken connection: its process may have died of its own error. Neither is drained on it."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    nodes = ("node001", "node002")
+    reset = diagnose(
+        [
+            LogSource.from_lines(
+                "rank-00001.node001.err",
+                [
+                    _nccl(
+                        "node001",
+                        "Net : Call to recv from 10.0.0.2<36048> failed : Connection reset by peer",
+                    )
+                ],
+            )
+        ]
+    )
+    assert reset.category is Category.NetworkError
+    plan = plan_remediation(reset, job(nodes=nodes))
+    assert plan.drain == () and plan.locate and plan.restart
+    assert reset.root_cause_host == "10.0.0.2"  # where to look, named in the report
+
+    closed = diagnose(
+        [
+            LogSource.from_lines(
+                "rank-00001.node001.err",
+                [
+                    _nccl(
+                        "node001", "socketProgress: Connection closed by remote peer node002<42830>"
+                    )
+                ],
+            )
+        ]
+    )
+    assert closed.root_cause_host == "node002"
+    assert [e.host for e in closed.evidence if e.far_end] == ["node002"]
+    # The catch-all "NCCL WARN" on the same line does not put it on node001 either.
+    assert "node001" not in {e.host for e in closed.evidence}
+    plan = plan_remediation(closed, job(nodes=nodes))
+    assert plan.drain == () and plan.locate
+    assert any("node002 only as the far end" in reason for reason in plan.reasons)
+
+
+def test_what_only_the_printing_host_can_cause_is_its_own() -> None:
+    """No route in its own table, or a "peer" at its own loopback address: node001's set-up."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    unreachable = diagnose(
+        [
+            LogSource.from_lines(
+                "rank-00001.node001.err",
+                [_nccl("node001", "Connect to 10.0.0.2<57335> failed : Network is unreachable")],
+            )
+        ]
+    )
+    assert unreachable.category is Category.NetworkError
+    assert plan_remediation(unreachable, job(nodes=("node001", "node002"))).drain == ("node001",)
+
+    loopback = diagnose(
+        [
+            LogSource.from_lines(
+                "rank-00001.node001.err",
+                [
+                    "node001:6682:6688 [0] NCCL INFO ncclOsSocketPollConnect: connect to "
+                    f"127.0.0.1<52243> returned Connection refused, retrying ({n}/34) after "
+                    f"sleep for {100 * n} msec"
+                    for n in (1, 2)
+                ],
+            )
+        ]
+    )
+    assert loopback.root_cause_host == "node001"
+    # Named through the refused connect: still not proof, the pair test looks first.
+    assert plan_remediation(loopback, job(nodes=("node001", "node002"))).drain == ()

@@ -157,6 +157,9 @@ class Evidence(Strict):
     signature: str
     host: str | None = None
     category: Category | None = None
+    # `host` is the far end of a connection that broke, named by the other end (a refused
+    # connect, "closed by remote peer"): where to look first, never proof for a drain.
+    far_end: bool = False
 
 
 class Rival(Strict):

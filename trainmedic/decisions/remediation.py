@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.attempts import exclusions
-from trainmedic.diagnosis import suspect_hosts
+from trainmedic.diagnosis import far_ends, suspect_hosts
 from trainmedic.diagnosis.synthetic import UNEXPLAINED_END
 from trainmedic.diagnosis.xid import APPLICATION_XID
 
@@ -175,7 +175,16 @@ def plan_remediation(
     drain: tuple[str, ...] = ()
     locate = False
     if action in (Action.isolate_and_retry, Action.locate_and_retry):
-        if origin is None or diagnosis.category is Category.Hang:
+        peers = [h for h in far_ends(diagnosis) if h in job.nodes]
+        if origin is None and peers:
+            locate = True
+            reasons.append(
+                f"the evidence names {', '.join(peers)} only as the far end of a connection "
+                "that broke, printed by its peer: not proof of a fault there (its process may "
+                "have died of its own error, or the path between failed); pair-test the job's "
+                "nodes to prove or clear it"
+            )
+        elif origin is None or diagnosis.category is Category.Hang:
             locate = True
             reasons.append("no proven origin node: pair-test the job's nodes to find it")
         elif diagnosis.symptom_only:

@@ -7,7 +7,7 @@ and acts on the returned ``trainmedic.core.models.Diagnosis``.
 from __future__ import annotations
 
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
-from trainmedic.diagnosis.engine import diagnose, diagnose_paths, suspect_hosts
+from trainmedic.diagnosis.engine import diagnose, diagnose_paths, far_ends, suspect_hosts
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm, llm_config_from_settings
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.sources import LogSource, host_and_rank_from_name
@@ -21,6 +21,7 @@ __all__ = [
     "classify_with_llm",
     "diagnose",
     "diagnose_paths",
+    "far_ends",
     "host_and_rank_from_name",
     "llm_config_from_settings",
     "load_catalogue",

@@ -55,6 +55,11 @@ class Signature:
     # The line reports another node's failure (slurmstepd on a surviving node): the file it
     # sits in names a witness, not the origin, so the hit takes no location from its source.
     witness: bool = False
+    # The host the line names is the far end of a connection that broke, named by the other
+    # end (NCCL's "Connection closed by remote peer node2", a refused connect): where to look
+    # first, not proof of a fault there. The peer's process may have died of a bug of its own,
+    # or the path between them failed; the pair test proves or clears it, nothing is drained.
+    peer: bool = False
     # The line strengthens a diagnosis of its category that another (non-corroborating) cause
     # proves, and proves nothing alone: a job's exit code 137 is host OOM only beside a
     # kernel OOM line (scancel, preemption and KillWait send the same signal).
@@ -168,6 +173,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         raw_examples = entry.get("examples", [])
         ere = entry.get("ere")
         witness = bool(entry.get("witness", False))
+        peer = bool(entry.get("peer", False))
         corroborates = bool(entry.get("corroborates", False))
         aftermath_of = entry.get("aftermath_of", [])
         if not isinstance(aftermath_of, list) or not all(isinstance(a, str) for a in aftermath_of):
@@ -191,6 +197,7 @@ def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
         examples=tuple(raw_examples),
         ere=str(ere) if ere is not None else None,
         witness=witness,
+        peer=peer,
         corroborates=corroborates,
         aftermath_of=tuple(aftermath_of),
     )

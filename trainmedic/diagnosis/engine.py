@@ -64,7 +64,7 @@ from trainmedic.diagnosis.synthetic import (
     synthetic_hit,
 )
 
-__all__ = ["diagnose", "diagnose_paths", "suspect_hosts"]
+__all__ = ["diagnose", "diagnose_paths", "far_ends", "suspect_hosts"]
 
 log = logging.getLogger(__name__)
 
@@ -212,13 +212,29 @@ def diagnose_paths(paths: Sequence[str | Path], **options) -> Diagnosis:
 
 
 def suspect_hosts(diagnosis: Diagnosis) -> list[str]:
-    """Hostnames (safe for the scheduler/Ansible) that the winning evidence points at."""
+    """Hostnames (safe for the scheduler/Ansible) that the winning evidence proves at fault:
+    not the far end of a broken connection, which its peer only names (see ``far_ends``)."""
     hosts: list[str] = []
     for evidence in diagnosis.evidence:
         if evidence.category is not diagnosis.category or evidence.host is None:
             continue
+        if evidence.far_end:
+            continue
         if HOSTNAME_RE.match(evidence.host) and evidence.host not in hosts:
             hosts.append(evidence.host)
+    return hosts
+
+
+def far_ends(diagnosis: Diagnosis) -> list[str]:
+    """Hostnames the winning evidence names only as the far end of a connection that broke:
+    suspects for the pair test, which proves or clears them."""
+    hosts: list[str] = []
+    for evidence in diagnosis.evidence:
+        if evidence.category is not diagnosis.category or not evidence.far_end:
+            continue
+        host = evidence.host
+        if host is not None and HOSTNAME_RE.match(host) and host not in hosts:
+            hosts.append(host)
     return hosts
 
 
@@ -275,17 +291,25 @@ def _evidence(
     others = sorted((c for c in candidates if c is not winner), key=lambda c: -c.score)
     chosen.extend(c.best for c in others[:MAX_OTHER_EVIDENCE])
     chosen.extend(h for h in hits if h.signature.role is Role.context and h not in chosen)
-    return tuple(_to_evidence(hit) for hit in chosen[: MAX_WINNER_EVIDENCE + MAX_OTHER_EVIDENCE])
+    # A line that names the host it is about places only there (as `locations` reads it): a
+    # catch-all matching the same line ("NCCL WARN") does not put it on the printer, whose
+    # host would be drained on a line that says another node broke.
+    named = {(h.source_index, h.line) for h in hits if h.named}
+    return tuple(
+        _to_evidence(hit, named_elsewhere=not hit.named and (hit.source_index, hit.line) in named)
+        for hit in chosen[: MAX_WINNER_EVIDENCE + MAX_OTHER_EVIDENCE]
+    )
 
 
-def _to_evidence(hit: Hit) -> Evidence:
+def _to_evidence(hit: Hit, *, named_elsewhere: bool = False) -> Evidence:
     return Evidence(
         file=hit.file,
         line=hit.line,
         text=hit.text,
         signature=hit.signature.id,
-        host=hit.host,
+        host=None if named_elsewhere else hit.host,
         category=hit.signature.category,
+        far_end=hit.far_end,
     )
 
 

@@ -38,7 +38,17 @@ __all__ = ["load_with_overlay", "merge", "site_catalogue"]
 E = TypeVar("E", bound=StrEnum)
 
 _TOP_LEVEL = {"signature", "prefilter", "xid"}
-_SIGNATURE_KEYS = {"id", "category", "role", "weight", "regex", "examples", "ere", "witness"}
+_SIGNATURE_KEYS = {
+    "id",
+    "category",
+    "role",
+    "weight",
+    "regex",
+    "examples",
+    "ere",
+    "witness",
+    "peer",
+}
 
 
 def site_catalogue() -> Catalogue:
@@ -177,7 +187,7 @@ def _signature(table: object, field: str, base: Catalogue) -> Signature:
             raise InputError(where, example, "the regex does not match it")
         if not base.prefilter.search(mask_template(example.encode("utf-8", "replace"))):
             raise InputError(where, example, "no prefilter anchor lets it through: add one")
-    for name, kind in (("ere", str), ("witness", bool)):
+    for name, kind in (("ere", str), ("witness", bool), ("peer", bool)):
         if name in table and not isinstance(table[name], kind):
             raise InputError(f"{field}.{name}", table[name], f"must be a {kind.__name__}")
     return Signature(
@@ -189,4 +199,5 @@ def _signature(table: object, field: str, base: Catalogue) -> Signature:
         examples=tuple(examples),
         ere=table.get("ere"),
         witness=table.get("witness", False),
+        peer=table.get("peer", False),
     )

@@ -25,7 +25,7 @@ _NOT_WHERE_WRITTEN = frozenset({Category.NodeFailure})
 
 
 def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[Hit]) -> str | None:
-    """Where the winning evidence places the cause; else, unless it is a witness's line, the
+    """Where the winning evidence places the cause; else, unless only witnesses wrote it, the
     one host the logs were written on."""
     placed = _placed(winner, hits)
     if placed is not None and placed.startswith(("rank ", "GPU ")):
@@ -40,7 +40,8 @@ def origin_host(winner: Candidate, scans: Sequence[SourceScan], hits: Sequence[H
     # But where every log was written on one machine (a one-node job timing out in a
     # collective), that machine is where it began. Only the report's origin: a drain needs a
     # host in a cause's own lines (engine.suspect_hosts), so this sends the job to the pair test.
-    if any(h.signature.witness for h in winner.hits):
+    # Not where every line is a witness's: those report a failure somewhere else.
+    if all(h.signature.witness for h in winner.hits):
         return None
     return only_host(winner.category, scans, hits)
 

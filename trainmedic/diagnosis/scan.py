@@ -12,6 +12,7 @@ the real line only when it is kept (the first and last few per signature).
 
 from __future__ import annotations
 
+import ipaddress
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class Hit:
     # The host came from the line's own words ("closed by remote peer node2"), not from the
     # prefix naming the machine that printed it.
     named: bool = False
+    # The host is the far end of a broken connection (a ``peer`` signature): a suspect for the
+    # pair test, never proof for a drain.
+    far_end: bool = False
 
     @property
     def order(self) -> tuple[float, int, int]:
@@ -307,15 +311,21 @@ class _Scanner:
         if self.attribution is None or self.attribution[0] != line_no:
             self.attribution = (line_no, attribute(text))
         host, rank, gpu, timestamp = self.attribution[1]
+        printer = host
         if signature.witness:
-            host = rank = None
+            # the printer's place, GPU included, is not where it happened
+            host = rank = gpu = None
         groups = {k: v for k, v in match.groupdict().items() if v}
         named = any(name.startswith(("host", "ip")) for name in groups)
         if named:
             # The line names another host (a peer): the prefix's GPU is the printer's, not its.
             gpu = None
         for name, value in groups.items():
-            if name.startswith(("host", "ip")):
+            if name.startswith("ip") and _own_address(value):
+                # A loopback or link-local "peer" is the printer itself: NCCL bound to lo or
+                # to an fe80:: address, a fault of this host's own network set-up.
+                host = printer
+            elif name.startswith(("host", "ip")):
                 host = value.lower() if name.startswith("host") else value
             elif name.startswith("rank"):
                 rank = int(value)
@@ -335,6 +345,7 @@ class _Scanner:
             gpu=gpu,
             timestamp=timestamp,
             named=named,
+            far_end=named and signature.peer,
         )
 
 
@@ -367,3 +378,13 @@ def _norms_to_end(body: bytes, first_line: int, sampled: list[LossPoint]) -> lis
         return list(extract_grad_norms(body, first_line))
     cut = body.find(b"\n", len(body) - GRAD_TAIL_BYTES) + 1
     return [*sampled, *extract_grad_norms(body[cut:], first_line + body.count(b"\n", 0, cut))]
+
+
+def _own_address(address: str) -> bool:
+    """A loopback or link-local address: the host's own, whoever printed it ("127.0.0.1",
+    "fe80::c4eb:49ff:fe04:e32d%6")."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0].strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_link_local
