@@ -293,3 +293,40 @@ def test_what_only_the_printing_host_can_cause_is_its_own() -> None:
     assert loopback.root_cause_host == "node001"
     # Named through the refused connect: still not proof, the pair test looks first.
     assert plan_remediation(loopback, job(nodes=("node001", "node002"))).drain == ()
+
+
+def test_ranks_that_disagree_on_a_collective_drain_no_node() -> None:
+    """NCCL's IB transport saw a peer post another size for the same operation: the ranks
+    issued different collectives. The node that noticed is a witness, not a faulty machine,
+    and the catch-all NCCL WARN on that line does not bring it back."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    line = (
+        "node001:201805:201927 [0] transport/net_ib.cc:667 NCCL WARN NET/IB : collective "
+        "mismatch error local size 32768 remote 1048576 addr 0 rkey 3beac3"
+    )
+    found = diagnose([LogSource.from_lines("rank-00000.node001.err", [line])])
+    assert found.category is Category.NCCLError
+    assert "nccl-collective-mismatch" in {e.signature for e in found.evidence}
+    assert {e.host for e in found.evidence} == {None}
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.drain == () and plan.locate
+
+
+def test_a_daemon_open_mpi_lost_is_a_suspect_not_a_proven_node_failure() -> None:
+    """mpirun lost its daemon on node002: the node died, or the daemon went down with the
+    job's own crash. The report names node002; the pair test (or Slurm's NODE_FAIL) proves it."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    lines = [
+        "ORTE has lost communication with a remote daemon.",
+        "",
+        "  HNP daemon   : [[27407,0],0] on node node001",
+        "  Remote daemon: [[27407,0],1] on node node002",
+    ]
+    found = diagnose([LogSource.from_lines("mpirun.out", lines)])
+    assert found.category is Category.NodeFailure
+    assert found.root_cause_host == "node002"
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.drain == () and plan.locate
+    assert any("node002 only as the far end" in reason for reason in plan.reasons)

@@ -45,7 +45,7 @@ from trainmedic.diagnosis.ranking import (
     pick,
     rivals,
 )
-from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
+from trainmedic.diagnosis.scan import Hit, SourceScan, one_place_per_line, scan_source
 from trainmedic.diagnosis.silence import ends_in_progress, ends_unexplained
 from trainmedic.diagnosis.sources import LogSource
 from trainmedic.diagnosis.synthetic import (
@@ -94,7 +94,7 @@ def diagnose(
     """
     cat = catalogue or site_catalogue()
     scans = [scan_source(source, index, cat) for index, source in enumerate(sources)]
-    hits = [hit for scan in scans for hit in scan.hits()]
+    hits = one_place_per_line([hit for scan in scans for hit in scan.hits()])
     hits.extend(curve_hits(scans))
     hits.extend(_telemetry_hits(telemetry, cat))
     hits.extend(_exit_code_hits(exit_code, hits))
@@ -291,23 +291,16 @@ def _evidence(
     others = sorted((c for c in candidates if c is not winner), key=lambda c: -c.score)
     chosen.extend(c.best for c in others[:MAX_OTHER_EVIDENCE])
     chosen.extend(h for h in hits if h.signature.role is Role.context and h not in chosen)
-    # A line that names the host it is about places only there (as `locations` reads it): a
-    # catch-all matching the same line ("NCCL WARN") does not put it on the printer, whose
-    # host would be drained on a line that says another node broke.
-    named = {(h.source_index, h.line) for h in hits if h.named}
-    return tuple(
-        _to_evidence(hit, named_elsewhere=not hit.named and (hit.source_index, hit.line) in named)
-        for hit in chosen[: MAX_WINNER_EVIDENCE + MAX_OTHER_EVIDENCE]
-    )
+    return tuple(_to_evidence(hit) for hit in chosen[: MAX_WINNER_EVIDENCE + MAX_OTHER_EVIDENCE])
 
 
-def _to_evidence(hit: Hit, *, named_elsewhere: bool = False) -> Evidence:
+def _to_evidence(hit: Hit) -> Evidence:
     return Evidence(
         file=hit.file,
         line=hit.line,
         text=hit.text,
         signature=hit.signature.id,
-        host=None if named_elsewhere else hit.host,
+        host=hit.host,
         category=hit.signature.category,
         far_end=hit.far_end,
     )

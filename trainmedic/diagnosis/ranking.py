@@ -334,10 +334,6 @@ def confidence(
 def locations(hits: Sequence[Hit]) -> list[str]:
     """One label per distinct host (else rank, else GPU). A GPU named on another line of
     the same file joins that file's host/rank label ("rank 0" + "GPU 0" -> "rank 0 GPU 0")."""
-    # A line that names the host it is about places only there: another signature matching the
-    # same line would place it on the machine that printed it.
-    named = {(hit.source_index, hit.line) for hit in hits if hit.named}
-    hits = [hit for hit in hits if hit.named or (hit.source_index, hit.line) not in named]
     places: dict[str, list[str | None]] = {}  # key -> [where, gpu]
     owner_by_source: dict[int, str] = {}
     loose_gpus: list[tuple[int, str]] = []
