@@ -1,0 +1,110 @@
+"""Which nodes the plan would drain on the dev corpus's real logs, and how many of those drains
+the row's label says were wrong.
+
+python bench/drain_decisions.py [--corpus PATH] [--verbose]
+
+A drain is the most destructive thing a diagnosis can do on its own. Each row is diagnosed by
+the rules (the word table's suggestions never drain), then planned as if every host the
+diagnosis names were a node of the job, beside two bystanders. A drain is *right* when the
+row's label is the diagnosed category and its root-cause host is among the drained nodes;
+*wrong* when the category is not the label (a script's bug, a timeout, another fault) or the
+label names another host; the rest name no host in their label, so only their category can
+be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from classify_accuracy import DEFAULT_CORPUS, host_ok  # noqa: E402
+
+from trainmedic.core.models import Diagnosis, JobInfo, JobSpec, JobState  # noqa: E402
+from trainmedic.core.validate import HOSTNAME_RE  # noqa: E402
+from trainmedic.decisions.remediation import plan_remediation  # noqa: E402
+from trainmedic.diagnosis import LogSource, diagnose  # noqa: E402
+from trainmedic.diagnosis.learned import NO_WORDS  # noqa: E402
+
+BYSTANDERS = ("bystander-1", "bystander-2")
+
+
+def named_hosts(diagnosis: Diagnosis) -> list[str]:
+    """Every schedulable host name the diagnosis names: its evidence, its origin."""
+    names = [e.host for e in diagnosis.evidence if e.host]
+    if diagnosis.root_cause_host and not diagnosis.root_cause_host.startswith(("rank ", "GPU ")):
+        names.append(diagnosis.root_cause_host.split()[0])
+    return sorted({n for n in names if HOSTNAME_RE.match(n)})
+
+
+def job_of(nodes: list[str]) -> JobInfo:
+    now = datetime.now(UTC)
+    return JobInfo(
+        job_id="1",
+        name="corpus",
+        state=JobState.FAILED,
+        nodes=(*nodes, *BYSTANDERS),
+        exit_code=1,
+        log_dir="/logs",
+        checkpoint_dir="/ckpt",
+        heartbeat_path="/hb",
+        spec=JobSpec(name="corpus", nodes=len(nodes) + len(BYSTANDERS), gpus_per_node=8),
+        submitted_at=now,
+    )
+
+
+def verdict(row: dict[str, str | None], diagnosis: Diagnosis, drained: tuple[str, ...]) -> str:
+    if row["label"] != diagnosis.category.value:
+        return "wrong"
+    expected = row["root_cause_host"]
+    if not expected:
+        return "host unlabelled"
+    return "right" if any(host_ok(expected, node) for node in drained) else "wrong"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--verbose", action="store_true", help="list the wrong drains")
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
+    tally: Counter[str] = Counter()
+    wrong_by_signature: Counter[str] = Counter()
+    for row in rows:
+        diagnosis = diagnose([LogSource.from_text(row["id"], row["log"])], learned=NO_WORDS)
+        nodes = named_hosts(diagnosis)
+        if not nodes:
+            continue
+        plan = plan_remediation(diagnosis, job_of(nodes))
+        if not plan.drain:
+            continue
+        tally["drains"] += 1
+        said = verdict(row, diagnosis, plan.drain)
+        tally[said] += 1
+        if said == "wrong":
+            signature = diagnosis.evidence[0].signature if diagnosis.evidence else "-"
+            wrong_by_signature[signature] += 1
+            if args.verbose:
+                print(
+                    f"  wrong {row['id']}: {row['label']} host {row['root_cause_host']} -> "
+                    f"{diagnosis.category.value}, drains {', '.join(plan.drain)} ({signature})"
+                )
+    drains = tally["drains"]
+    print(f"dev corpus: {len(rows)} cases; the plan drains a node in {drains}")
+    for said in ("right", "wrong", "host unlabelled"):
+        share = 100 * tally[said] / drains if drains else 0.0
+        print(f"  {said:16s} {tally[said]:5d}  {share:5.1f} %")
+    if wrong_by_signature:
+        worst = ", ".join(f"{sig} {n}" for sig, n in wrong_by_signature.most_common(6))
+        print(f"wrong drains by deciding line: {worst}")
+
+
+if __name__ == "__main__":
+    main()
