@@ -6,10 +6,11 @@ python bench/drain_decisions.py [--corpus PATH] [--verbose]
 A drain is the most destructive thing a diagnosis can do on its own. Each row is diagnosed by
 the rules (the word table's suggestions never drain), then planned as if every host the
 diagnosis names were a node of the job, beside two bystanders. A drain is *right* when the
-row's label is the diagnosed category and its root-cause host is among the drained nodes;
-*wrong* when the category is not the label (a script's bug, a timeout, another fault) or the
-label names another host; the rest name no host in their label, so only their category can
-be checked.
+row's label is the diagnosed category and its root-cause host is among the drained nodes, of
+the *right node* when only the category differs, of a *wrong node* when the label names
+another host, and wrong too where the label is no infrastructure fault at all (a script's
+bug, an out-of-memory: *no node at fault*). Where the label names no host, only the category
+can be checked.
 """
 
 from __future__ import annotations
@@ -28,12 +29,22 @@ sys.path.insert(0, str(ROOT / "bench"))
 from classify_accuracy import DEFAULT_CORPUS, host_ok  # noqa: E402
 
 from trainmedic.core.models import Diagnosis, JobInfo, JobSpec, JobState  # noqa: E402
+from trainmedic.core.taxonomy import Category, Layer, layer_of  # noqa: E402
 from trainmedic.core.validate import HOSTNAME_RE  # noqa: E402
 from trainmedic.decisions.remediation import plan_remediation  # noqa: E402
 from trainmedic.diagnosis import LogSource, diagnose  # noqa: E402
 from trainmedic.diagnosis.learned import NO_WORDS  # noqa: E402
 
 BYSTANDERS = ("bystander-1", "bystander-2")
+VERDICTS = (
+    "right",
+    "right node, other category",
+    "host unlabelled",
+    "other category, host unlabelled",
+    "wrong node",
+    "no node at fault",
+)
+WRONG = frozenset({"wrong node", "no node at fault"})
 
 
 def named_hosts(diagnosis: Diagnosis) -> list[str]:
@@ -61,12 +72,16 @@ def job_of(nodes: list[str]) -> JobInfo:
 
 
 def verdict(row: dict[str, str | None], diagnosis: Diagnosis, drained: tuple[str, ...]) -> str:
-    if row["label"] != diagnosis.category.value:
-        return "wrong"
+    label = Category(row["label"])
+    if layer_of(label) is not Layer.infrastructure:
+        return "no node at fault"  # a script's bug, an out-of-memory, a loss spike: no drain
     expected = row["root_cause_host"]
-    if not expected:
-        return "host unlabelled"
-    return "right" if any(host_ok(expected, node) for node in drained) else "wrong"
+    right_category = label is diagnosis.category
+    if expected:
+        if not any(host_ok(expected, node) for node in drained):
+            return "wrong node"
+        return "right" if right_category else "right node, other category"
+    return "host unlabelled" if right_category else "other category, host unlabelled"
 
 
 def main() -> None:
@@ -88,19 +103,19 @@ def main() -> None:
         tally["drains"] += 1
         said = verdict(row, diagnosis, plan.drain)
         tally[said] += 1
-        if said == "wrong":
+        if said in WRONG:
             signature = diagnosis.evidence[0].signature if diagnosis.evidence else "-"
             wrong_by_signature[signature] += 1
             if args.verbose:
                 print(
-                    f"  wrong {row['id']}: {row['label']} host {row['root_cause_host']} -> "
+                    f"  {said} {row['id']}: {row['label']} host {row['root_cause_host']} -> "
                     f"{diagnosis.category.value}, drains {', '.join(plan.drain)} ({signature})"
                 )
     drains = tally["drains"]
     print(f"dev corpus: {len(rows)} cases; the plan drains a node in {drains}")
-    for said in ("right", "wrong", "host unlabelled"):
+    for said in VERDICTS:
         share = 100 * tally[said] / drains if drains else 0.0
-        print(f"  {said:16s} {tally[said]:5d}  {share:5.1f} %")
+        print(f"  {said:32s} {tally[said]:5d}  {share:5.1f} %")
     if wrong_by_signature:
         worst = ", ".join(f"{sig} {n}" for sig, n in wrong_by_signature.most_common(6))
         print(f"wrong drains by deciding line: {worst}")
