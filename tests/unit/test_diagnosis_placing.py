@@ -117,6 +117,20 @@ def test_the_peer_that_closed_the_socket_and_the_node_whose_slurmd_failed_are_na
     assert failed.root_cause_host == "ip-10-1-74-228"
 
 
+def test_a_ray_tasks_error_header_names_its_node_where_no_rule_explains_the_error() -> None:
+    """The driver re-raises a task's error under a header naming the node it was raised on;
+    where no rule explains the cut-off traceback, the report still points there (and drains
+    nothing: no rule proved a fault)."""
+    lines = [
+        "    raise value.as_instanceof_cause()",
+        "ray.exceptions.RayTaskError(AcceleratorError): ray::MegatronTrainRayActor.train() "
+        "(pid=76563, ip=10.1.49.166, actor_id=37d82bcbdafcda12f1eef52b02000000)",
+    ]
+    guess = diagnosed(lines)
+    assert guess.root_cause_host == "10.1.49.166"
+    assert plan_remediation(guess, job_info(nodes=("node001", "node002"))).drain == ()
+
+
 def test_a_launchers_summary_names_the_host_of_the_ranks_it_reports() -> None:
     """The cause names a rank; torchelastic's summary (however flattened), Open MPI's lost
     daemon block and a cloud job's "[pod] [date]" prefix name the host."""
