@@ -791,6 +791,11 @@ def test_ranks_timed_out_in_different_collectives_is_the_codes_divergence() -> N
         for r in (0, 1)
     ]
     assert diagnose(coalesced).category is Category.NCCLTimeout
+    # A line a terminal cut inside the operation's name names no other collective.
+    cut = timeout(1).replace("OpType=ALLREDUCE,", "OpType=ALLRED[451/1919]\nUCE,")
+    assert diagnose([*sources[:1], LogSource.from_text("c.out", cut)]).category is (
+        Category.NCCLTimeout
+    )
 
 
 def test_a_ranks_own_bug_outranks_the_nccl_errors_of_its_peers() -> None:

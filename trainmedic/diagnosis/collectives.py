@@ -47,8 +47,10 @@ def save_unfinished(scans: Sequence[SourceScan]) -> tuple[int, int, str] | None:
     return None
 
 
-# The watchdog's report of the collective a rank timed out in (PyTorch's WorkNCCL repr).
-_WORK = re.compile(r"SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?")
+# The watchdog's report of the collective a rank timed out in (PyTorch's WorkNCCL repr). The
+# operation's name must end where the repr ends it: a line a terminal or a pager cut inside
+# it ("OpType=_ALLGATHER_BA[451/1919]") names no collective, let alone another one.
+_WORK = re.compile(r"SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?=[,)])(?:, NumelIn=(?P<numel>\d+))?")
 # Collectives whose every rank passes the same number of elements; a coalesced group or an
 # all-to-all may differ by rank (model-parallel shards).
 _SAME_SIZE = frozenset({"ALLREDUCE", "BROADCAST", "REDUCE"})
