@@ -51,9 +51,9 @@ _LABEL_PREFIX = re.compile(
     r"|^\[(?P<tag>[A-Za-z][\w.-]*):\d+\]:"
     r"|^(?:#\s*)?(?=\([^)\n]*, ip=)" + RAY_WORKER +
     # srun naming the node a task died on (also when a paste cuts the line after "task"); UCX's
-    # "[host:pid:thread:tid]" crash reports.
+    # "[host:pid:thread:tid]" crash reports (in a container, its id is the host name).
     r"|srun: error: (?P<srun>[A-Za-z][\w.-]*): tasks?(?: \d|$)"
-    r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*):\d+\s*:\d+:\d+\]"
+    r"|^(?:\d+: )?\[(?P<ucx>[A-Za-z][\w.-]*|[0-9a-f]{12}):\d+\s*:\d+:\d+\]"
     # Cray MPICH's abort: "MPICH ERROR [Rank 0] [job id 2843791.3] [Tue Feb 14 ...] [nid007564] -"
     r"|^MPICH ERROR \[Rank \d+\] \[job id [^\]]*\] \[[^\]]*\] \[(?P<mpich>[A-Za-z][\w.-]*)\] - "
     # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
