@@ -12,7 +12,8 @@ from support.builders import diagnosed
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis import LogSource, Role, diagnose, load_catalogue
-from trainmedic.diagnosis.catalogue import parse_catalogue, python_regex_to_ere
+from trainmedic.diagnosis.catalogue import parse_catalogue
+from trainmedic.diagnosis.ere import python_regex_to_ere
 
 CATALOGUE = load_catalogue()
 SIGNATURES = CATALOGUE.signatures

@@ -33,7 +33,7 @@ from trainmedic.diagnosis.fallback import unexplained
 from trainmedic.diagnosis.learned import TokenModel, bundled_model
 from trainmedic.diagnosis.llm import LlmConfig
 from trainmedic.diagnosis.overlay import site_catalogue
-from trainmedic.diagnosis.placing import only_host, origin_host
+from trainmedic.diagnosis.placing import one_place_per_line, only_host, origin_host
 from trainmedic.diagnosis.ranking import (
     Candidate,
     aftermath,
@@ -45,7 +45,7 @@ from trainmedic.diagnosis.ranking import (
     pick,
     rivals,
 )
-from trainmedic.diagnosis.scan import Hit, SourceScan, one_place_per_line, scan_source
+from trainmedic.diagnosis.scan import Hit, SourceScan, scan_source
 from trainmedic.diagnosis.silence import ends_in_progress, ends_unexplained
 from trainmedic.diagnosis.sources import LogSource
 from trainmedic.diagnosis.synthetic import (

@@ -8,13 +8,14 @@ machine never drains anything by itself."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.catalogue import Role
 from trainmedic.diagnosis.ranking import Candidate, locations
 from trainmedic.diagnosis.scan import Hit, SourceScan
 
-__all__ = ["MAX_LOCATIONS", "only_host", "origin_host"]
+__all__ = ["MAX_LOCATIONS", "one_place_per_line", "only_host", "origin_host"]
 
 MAX_LOCATIONS = 4
 
@@ -105,3 +106,19 @@ def _one_known_host(
         if len(hosts) == 1:
             return hosts[0]
     return only_host(winner.category, scans, hits)
+
+
+def one_place_per_line(hits: list[Hit]) -> list[Hit]:
+    """Where a line names the host it is about ("closed by remote peer node2"), or is a
+    witness's ("Connection reset by peer"), every other signature matching that line loses the
+    place its prefix gave it: a catch-all ("NCCL WARN") would otherwise put the fault on the
+    machine that printed the line, and drain it."""
+    settled = {(h.source_index, h.line) for h in hits if h.named or h.signature.witness}
+    if not settled:
+        return hits
+    return [
+        replace(hit, host=None, rank=None, gpu=None)
+        if (hit.source_index, hit.line) in settled and not hit.named and not hit.signature.witness
+        else hit
+        for hit in hits
+    ]

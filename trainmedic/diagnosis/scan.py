@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from trainmedic.diagnosis.attribution import (
     Attribution,
@@ -35,7 +35,7 @@ from trainmedic.diagnosis.loss import (
 )
 from trainmedic.diagnosis.sources import LogSource
 
-__all__ = ["Hit", "SourceScan", "one_place_per_line", "scan_source"]
+__all__ = ["Hit", "SourceScan", "scan_source"]
 
 KEEP_FIRST = 3
 KEEP_LAST = 3
@@ -378,22 +378,6 @@ def _norms_to_end(body: bytes, first_line: int, sampled: list[LossPoint]) -> lis
         return list(extract_grad_norms(body, first_line))
     cut = body.find(b"\n", len(body) - GRAD_TAIL_BYTES) + 1
     return [*sampled, *extract_grad_norms(body[cut:], first_line + body.count(b"\n", 0, cut))]
-
-
-def one_place_per_line(hits: list[Hit]) -> list[Hit]:
-    """Where a line names the host it is about ("closed by remote peer node2"), or is a
-    witness's ("Connection reset by peer"), every other signature matching that line loses the
-    place its prefix gave it: a catch-all ("NCCL WARN") would otherwise put the fault on the
-    machine that printed the line, and drain it."""
-    settled = {(h.source_index, h.line) for h in hits if h.named or h.signature.witness}
-    if not settled:
-        return hits
-    return [
-        replace(hit, host=None, rank=None, gpu=None)
-        if (hit.source_index, hit.line) in settled and not hit.named and not hit.signature.witness
-        else hit
-        for hit in hits
-    ]
 
 
 def _own_address(address: str) -> bool:
