@@ -251,4 +251,4 @@ def test_a_ray_traceback_cut_by_a_block_boundary_keeps_its_node() -> None:
     ended = [header + frames + b"\n", b"step 2 done\n" + error]
     source = LogSource(name="driver.log", open_blocks=lambda: iter(ended))
     diagnosis = diagnose([source])
-    assert [e.host for e in diagnosis.evidence if e.signature == "cuda-error-fatal"] == [None]
+    assert [e.host for e in diagnosis.evidence if e.signature == "cuda-illegal-access"] == [None]

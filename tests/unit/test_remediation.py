@@ -160,7 +160,7 @@ def test_an_application_xid_goes_to_the_owner_and_never_drains() -> None:
     assert found.category is Category.CUDAError  # the label real reports carry
     plan = plan_remediation(found, job(nodes=("node001", "node002")))
     assert plan.notify_owner and not plan.drain and not plan.locate and not plan.restart
-    assert any("application-class Xid" in r for r in plan.reasons)
+    assert any("application-class GPU fault" in r for r in plan.reasons)
 
 
 def test_hardware_evidence_beside_an_application_xid_wins() -> None:
@@ -330,3 +330,22 @@ def test_a_daemon_open_mpi_lost_is_a_suspect_not_a_proven_node_failure() -> None
     plan = plan_remediation(found, job(nodes=("node001", "node002")))
     assert plan.drain == () and plan.locate
     assert any("node002 only as the far end" in reason for reason in plan.reasons)
+
+
+def test_an_illegal_memory_access_goes_to_the_owner_unless_hardware_stands_beside_it() -> None:
+    """NVIDIA reads a kernel's illegal memory access as the program's own fault: the owner
+    hears of it, no node is drained or tested, the job is not retried. An uncorrectable ECC
+    error beside it is the hardware's, and drains the node."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    crash = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    found = diagnose([LogSource.from_lines("rank-00003.node002.err", [crash])])
+    assert found.category is Category.CUDAError  # the label real reports carry
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.notify_owner and not plan.drain and not plan.locate and not plan.restart
+    assert any("application-class GPU fault" in r for r in plan.reasons)
+
+    kernel = LogSource.from_lines("node002-kernel.log", [XID48], host="node002")
+    backed = diagnose([LogSource.from_lines("rank-00003.node002.err", [crash]), kernel])
+    assert backed.category is Category.ECCError
+    assert plan_remediation(backed, job(nodes=("node001", "node002"))).drain == ("node002",)

@@ -60,14 +60,20 @@ _CONFIRMED_FIRST = {
 }
 
 
+# Evidence NVIDIA reads as the application's own fault: an application-class Xid (13, 31, 43,
+# 45, ...) and a kernel's illegal memory access, illegal address or illegal instruction.
+APPLICATION_SIGNATURES = frozenset({APPLICATION_XID, "cuda-illegal-access"})
+
+
 def application_fault(diagnosis: Diagnosis) -> bool:
-    """A GPU fault NVIDIA's catalogue calls the application's (Xid 13, 31, 43, 45, ...), with
-    no hardware evidence (a hardware Xid, ECC or NVLink line, telemetry) anywhere in the logs."""
+    """A GPU fault NVIDIA calls the application's (an application-class Xid, an illegal memory
+    access), with no hardware evidence (a hardware Xid, ECC or NVLink line, telemetry)
+    anywhere in the logs."""
     if diagnosis.category is not Category.CUDAError:
         return False
     signatures = {e.signature for e in diagnosis.evidence}
     hardware = any(e.category in HARDWARE_CATEGORIES for e in diagnosis.evidence)
-    return APPLICATION_XID in signatures and not hardware
+    return bool(APPLICATION_SIGNATURES & signatures) and not hardware
 
 
 def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
@@ -120,9 +126,10 @@ def plan_remediation(
 
     if application_fault(diagnosis):
         reasons.append(
-            "an application-class Xid (NVIDIA: the application's own fault, e.g. an illegal "
-            "memory access or an MMU fault) and no hardware evidence beside it: sent to the job "
-            "owner; no node is drained or tested, the job is not retried automatically"
+            "an application-class GPU fault (an illegal memory access, an application-class "
+            "Xid: NVIDIA reads these as the program's own) and no hardware evidence beside it: "
+            "sent to the job owner; no node is drained or tested, the job is not retried "
+            "automatically"
         )
         return Plan(
             action=Action.notify_owner,
