@@ -214,25 +214,21 @@ def diagnose_paths(paths: Sequence[str | Path], **options) -> Diagnosis:
 def suspect_hosts(diagnosis: Diagnosis) -> list[str]:
     """Hostnames (safe for the scheduler/Ansible) that the winning evidence proves at fault:
     not the far end of a broken connection, which its peer only names (see ``far_ends``)."""
-    hosts: list[str] = []
-    for evidence in diagnosis.evidence:
-        if evidence.category is not diagnosis.category or evidence.host is None:
-            continue
-        if evidence.far_end:
-            continue
-        if HOSTNAME_RE.match(evidence.host) and evidence.host not in hosts:
-            hosts.append(evidence.host)
-    return hosts
+    return _winning_hosts(diagnosis, far_end=False)
 
 
 def far_ends(diagnosis: Diagnosis) -> list[str]:
     """Hostnames the winning evidence names only as the far end of a connection that broke:
     suspects for the pair test, which proves or clears them."""
+    return _winning_hosts(diagnosis, far_end=True)
+
+
+def _winning_hosts(diagnosis: Diagnosis, *, far_end: bool) -> list[str]:
     hosts: list[str] = []
     for evidence in diagnosis.evidence:
-        if evidence.category is not diagnosis.category or not evidence.far_end:
-            continue
         host = evidence.host
+        if evidence.category is not diagnosis.category or evidence.far_end is not far_end:
+            continue
         if host is not None and HOSTNAME_RE.match(host) and host not in hosts:
             hosts.append(host)
     return hosts
