@@ -798,6 +798,21 @@ def test_ranks_timed_out_in_different_collectives_is_the_codes_divergence() -> N
     )
 
 
+def test_a_gpu_fault_on_one_node_outranks_the_reset_its_peer_saw() -> None:
+    """The peer's socket reset is printed first, but it is what node B's dying process did to
+    the connection: a witness's line explains nothing away (nccl #629)."""
+    lines = [
+        "nodea:46841:46987 [0] include/socket.h:428 NCCL WARN Net : Call to recv from "
+        "10.0.0.2<36048> failed : Connection reset by peer",
+        "nodeb:104934:104934 [1] init.cc:204 NCCL WARN Cuda failure 'an illegal memory access "
+        "was encountered'",
+        "nodeb: Test NCCL failure common.cu:497 'unhandled cuda error'",
+    ]
+    diagnosis = diagnose([LogSource.from_lines("nccl-tests.out", lines)])
+    assert diagnosis.category is Category.CUDAError
+    assert (diagnosis.root_cause_host or "").startswith("nodeb")
+
+
 def test_a_ranks_own_bug_outranks_the_nccl_errors_of_its_peers() -> None:
     """Rank 0 dies of a KeyError; its peers' communicators then fail ("remote process exited"),
     whichever is printed first: the bug goes to its owner, no node is suspected."""

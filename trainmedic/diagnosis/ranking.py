@@ -59,7 +59,9 @@ CONSEQUENCES: dict[Category, frozenset[Category]] = {
     Category.ECCError: _GPU_FAULT_FALLOUT,
     Category.NVLinkError: _GPU_FAULT_FALLOUT,
     Category.NodeFailure: _STALL | {Category.NCCLError, Category.NetworkError},
-    Category.NetworkError: _STALL | {Category.NCCLError, Category.CUDAError},
+    # (Not a CUDA fault: a peer's reset beside one is what the dying process did to the
+    # connection, and the reset is a witness's line.)
+    Category.NetworkError: _STALL | {Category.NCCLError},
     # "ncclUnhandledCudaError ... Last error: Cuda failure 'initialization error'"
     Category.CUDAError: _STALL | {Category.NCCLError},
     Category.CUDAOutOfMemory: _STALL
