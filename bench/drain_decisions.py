@@ -19,16 +19,15 @@ import argparse
 import json
 import sys
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from classify_accuracy import DEFAULT_CORPUS, host_ok  # noqa: E402
+from support.builders import job_info  # noqa: E402
 
-from trainmedic.core.models import Diagnosis, JobInfo, JobSpec, JobState  # noqa: E402
+from trainmedic.core.models import Diagnosis  # noqa: E402
 from trainmedic.core.taxonomy import Category, Layer, layer_of  # noqa: E402
 from trainmedic.core.validate import HOSTNAME_RE  # noqa: E402
 from trainmedic.decisions.remediation import plan_remediation  # noqa: E402
@@ -53,22 +52,6 @@ def named_hosts(diagnosis: Diagnosis) -> list[str]:
     if diagnosis.root_cause_host and not diagnosis.root_cause_host.startswith(("rank ", "GPU ")):
         names.append(diagnosis.root_cause_host.split()[0])
     return sorted({n for n in names if HOSTNAME_RE.match(n)})
-
-
-def job_of(nodes: list[str]) -> JobInfo:
-    now = datetime.now(UTC)
-    return JobInfo(
-        job_id="1",
-        name="corpus",
-        state=JobState.FAILED,
-        nodes=(*nodes, *BYSTANDERS),
-        exit_code=1,
-        log_dir="/logs",
-        checkpoint_dir="/ckpt",
-        heartbeat_path="/hb",
-        spec=JobSpec(name="corpus", nodes=len(nodes) + len(BYSTANDERS), gpus_per_node=8),
-        submitted_at=now,
-    )
 
 
 def verdict(row: dict[str, str | None], diagnosis: Diagnosis, drained: tuple[str, ...]) -> str:
@@ -97,7 +80,7 @@ def main() -> None:
         nodes = named_hosts(diagnosis)
         if not nodes:
             continue
-        plan = plan_remediation(diagnosis, job_of(nodes))
+        plan = plan_remediation(diagnosis, job_info(nodes=(*nodes, *BYSTANDERS), gpus_per_node=8))
         if not plan.drain:
             continue
         tally["drains"] += 1
