@@ -332,6 +332,26 @@ def test_a_daemon_open_mpi_lost_is_a_suspect_not_a_proven_node_failure() -> None
     assert any("node002 only as the far end" in reason for reason in plan.reasons)
 
 
+def test_an_agent_that_lost_its_rendezvous_is_a_witness_not_the_lost_node() -> None:
+    """torchelastic's agent on node002 could not renew its heartbeat with the rendezvous store
+    (hosted on the job's first node). The node the warning names is node002 itself, alive and
+    printing: it is not where the job broke, so it is neither named nor drained."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    lines = [
+        "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node "
+        "'node002_3427_0' has failed to send a keep-alive heartbeat to the rendezvous 'job' "
+        "due to an error of type RendezvousConnectionError.",
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 3494 closing "
+        "signal SIGTERM",
+    ]
+    found = diagnose([LogSource.from_lines("node002.out", lines)])
+    assert found.category is Category.NodeFailure
+    assert found.root_cause_host is None
+    plan = plan_remediation(found, job(nodes=("node001", "node002")))
+    assert plan.drain == ()
+
+
 def test_an_illegal_memory_access_goes_to_the_owner_unless_hardware_stands_beside_it() -> None:
     """NVIDIA reads a kernel's illegal memory access as the program's own fault: the owner
     hears of it, no node is drained or tested, the job is not retried. An uncorrectable ECC
