@@ -841,3 +841,31 @@ def test_a_ranks_own_bug_outranks_the_nccl_errors_of_its_peers() -> None:
     assert diagnosis.category is Category.ScriptError
     (nccl,) = [r for r in diagnosis.rivals if r.category is Category.NCCLError]
     assert nccl.reason.startswith("fallout of ScriptError")
+
+
+def test_a_collective_that_timed_out_inside_a_checkpoint_save_is_the_save() -> None:
+    """PyTorch's watchdog prints the stack of the collective that timed out: called from
+    Megatron's async checkpoint finalisation, the ranks were waiting on a checkpoint save, not
+    on a broken fabric (verl #2238). The same timeout called from the training step stays one."""
+
+    def lines(frame: str) -> list[str]:
+        return [
+            "[rank5]:[E627 12:26:40.073493187 ProcessGroupNCCL.cpp:629] [Rank 5] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=29, OpType=ALLREDUCE, NumelIn=1, "
+            "NumelOut=1, Timeout(ms)=600000) ran for 600014 milliseconds before timing out.",
+            "[rank5]:[E627 12:26:40.074084476 ProcessGroupNCCL.cpp:664] Stack trace of the "
+            "failed collective: ",
+            "#0 all_reduce from /usr/local/lib/python3.10/dist-packages/torch/distributed/"
+            "distributed_c10d.py:2806",
+            frame,
+        ]
+
+    saving = "#2 sync_all_async_calls from /usr/local/lib/python3.10/dist-packages/megatron/core/"
+    saving += "dist_checkpointing/strategies/async_utils.py:149"
+    training = "#2 train_step from /workspace/megatron/training/training.py:640"
+    assert diagnose([LogSource.from_lines("rank5.err", lines(saving))]).category is (
+        Category.CheckpointError
+    )
+    assert diagnose([LogSource.from_lines("rank5.err", lines(training))]).category is (
+        Category.NCCLTimeout
+    )
