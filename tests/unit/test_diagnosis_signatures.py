@@ -113,6 +113,17 @@ def test_bad_catalogue_is_a_config_error() -> None:
         parse_catalogue(
             '[prefilter]\nanchors=["x",""]\n[[signature]]\nid="a"\ncategory="ECCError"\nregex="x"\n'
         )
+    # The packaged tables are read as a site's are: a misspelt field is an error, not ignored.
+    with pytest.raises(ConfigError, match=r"signature\[0\]\.witnes=True: not a signature field"):
+        parse_catalogue(
+            '[prefilter]\nanchors=["x"]\n[[signature]]\nid="a"\ncategory="ECCError"\n'
+            'regex="x"\nwitnes=true\n'
+        )
+    with pytest.raises(ConfigError, match=r"signature\[0\]\.aftermath_of='b': a list"):
+        parse_catalogue(
+            '[prefilter]\nanchors=["x"]\n[[signature]]\nid="a"\ncategory="ECCError"\n'
+            'regex="x"\naftermath_of="b"\n'
+        )
 
 
 def test_regexes_compile_without_catastrophic_backtracking() -> None:

@@ -10,10 +10,11 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import ahocorasick
 
-from trainmedic.core.errors import ConfigError
+from trainmedic.core.errors import ConfigError, InputError
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.envelope import anchored
 from trainmedic.diagnosis.ere import python_regex_to_ere
@@ -163,44 +164,83 @@ class Catalogue:
         return self.prefilter.search(mask_template(line.encode("utf-8", "replace")))
 
 
-def _signature_from_table(entry: dict[str, object], origin: str) -> Signature:
+# The fields of a [[signature]] table, in signatures.toml and in a site's overlay alike.
+SIGNATURE_FIELDS = frozenset(
+    {
+        "id",
+        "category",
+        "role",
+        "weight",
+        "regex",
+        "examples",
+        "ere",
+        "witness",
+        "peer",
+        "corroborates",
+        "aftermath_of",
+    }
+)
+E = TypeVar("E", bound=StrEnum)
+
+
+def choice(field: str, value: object, enum: type[E]) -> E:
+    """``value`` as a member of ``enum``, else an InputError naming ``field``."""
     try:
-        sig_id = str(entry["id"])
-        category = Category(str(entry["category"]))
-        role = Role(str(entry.get("role", "cause")))
-        weight = float(entry.get("weight", 0.5))  # type: ignore[arg-type]
-        pattern = str(entry["regex"])
-        raw_examples = entry.get("examples", [])
-        ere = entry.get("ere")
-        witness = bool(entry.get("witness", False))
-        peer = bool(entry.get("peer", False))
-        corroborates = bool(entry.get("corroborates", False))
-        aftermath_of = entry.get("aftermath_of", [])
-        if not isinstance(aftermath_of, list) or not all(isinstance(a, str) for a in aftermath_of):
-            raise TypeError("aftermath_of must be a list of signature ids")
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{origin}: bad signature {entry.get('id')!r}: {exc}") from exc
-    if not 0.0 <= weight <= 1.0:
-        raise ConfigError(f"{origin}: signature {sig_id}: weight {weight} not in [0, 1]")
-    if not isinstance(raw_examples, list) or not all(isinstance(e, str) for e in raw_examples):
-        raise ConfigError(f"{origin}: signature {sig_id}: examples must be a list of strings")
+        return enum(str(value))
+    except ValueError:
+        raise InputError(field, value, f"not one of {[m.value for m in enum]}") from None
+
+
+def signature_from_table(table: object, field: str) -> Signature:
+    """The signature one ``[[signature]]`` table describes (signatures.toml or a site's
+    overlay). Anything wrong is an InputError naming ``<field>.<key>`` and its value."""
+    if not isinstance(table, dict):
+        raise InputError(field, table, "must be a table")
+    unknown = sorted(set(table) - SIGNATURE_FIELDS)
+    if unknown:
+        raise InputError(f"{field}.{unknown[0]}", table[unknown[0]], "not a signature field")
+    for name in ("id", "category", "regex"):
+        if not isinstance(table.get(name), str) or not table[name]:
+            raise InputError(f"{field}.{name}", table.get(name), "required, a non-empty string")
+    category = choice(f"{field}.category", table["category"], Category)
+    role = choice(f"{field}.role", table.get("role", "cause"), Role)
+    weight = table.get("weight", 0.5)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1:
+        raise InputError(f"{field}.weight", weight, "a number from 0 to 1")
     try:
-        regex = re.compile(pattern)
+        regex = re.compile(table["regex"])
     except re.error as exc:
-        raise ConfigError(f"{origin}: signature {sig_id}: bad regex: {exc}") from exc
+        raise InputError(f"{field}.regex", table["regex"], f"bad regex: {exc}") from exc
+    examples = table.get("examples", [])
+    if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
+        raise InputError(f"{field}.examples", examples, "a list of example lines (strings)")
+    for name, kind in (("ere", str), ("witness", bool), ("peer", bool), ("corroborates", bool)):
+        if name in table and not isinstance(table[name], kind):
+            raise InputError(f"{field}.{name}", table[name], f"must be a {kind.__name__}")
+    aftermath_of = table.get("aftermath_of", [])
+    if not isinstance(aftermath_of, list) or not all(isinstance(a, str) for a in aftermath_of):
+        raise InputError(f"{field}.aftermath_of", aftermath_of, "a list of signature ids")
     return Signature(
-        id=sig_id,
+        id=table["id"],
         category=category,
         role=role,
-        weight=weight,
+        weight=float(weight),
         regex=regex,
-        examples=tuple(raw_examples),
-        ere=str(ere) if ere is not None else None,
-        witness=witness,
-        peer=peer,
-        corroborates=corroborates,
+        examples=tuple(examples),
+        ere=table.get("ere"),
+        witness=table.get("witness", False),
+        peer=table.get("peer", False),
+        corroborates=table.get("corroborates", False),
         aftermath_of=tuple(aftermath_of),
     )
+
+
+def _packaged(table: object, field: str) -> Signature:
+    """A signature of the catalogue's own data: a fault in it is the installation's."""
+    try:
+        return signature_from_table(table, field)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def parse_catalogue(text: str, origin: str = "signatures.toml") -> Catalogue:
@@ -221,15 +261,16 @@ def build_catalogue(
     Xid signatures from (NVIDIA's by default); ``replacing``: signatures that take the place
     of those with their id (a site's overlay), the others of it come last."""
     xid = load_xid_catalogue() if xid is None else xid
+    generated = [
+        *(xid_signature_tables(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
+        *(sxid_signature_tables(data["sxid"], origin) if "sxid" in data else []),  # type: ignore[arg-type]
+    ]
     built = [
+        *(_packaged(t, f"{origin}: {t['id']}") for t in generated),
         *(
-            _signature_from_table(t, origin)
-            for t in [
-                *(xid_signature_tables(data["xid"], origin, xid) if "xid" in data else []),  # type: ignore[arg-type]
-                *(sxid_signature_tables(data["sxid"], origin) if "sxid" in data else []),  # type: ignore[arg-type]
-            ]
+            _packaged(t, f"{origin}: signature[{n}]")
+            for n, t in enumerate(data.get("signature", []))  # type: ignore[attr-defined]
         ),
-        *(_signature_from_table(e, origin) for e in data.get("signature", [])),  # type: ignore[attr-defined]
     ]
     replacing = dict(replacing or {})
     built = [replacing.pop(s.id, s) for s in built]

@@ -14,41 +14,27 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
-from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
 
 from trainmedic.core.errors import ConfigError, InputError
 from trainmedic.core.settings import get_settings
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis.catalogue import (
     Catalogue,
-    Role,
     Signature,
     build_catalogue,
+    choice,
     load_catalogue,
     mask_template,
+    signature_from_table,
 )
 from trainmedic.diagnosis.xid import KINDS, XidEntry, load_xid_catalogue
 
 __all__ = ["load_with_overlay", "merge", "site_catalogue"]
 
-E = TypeVar("E", bound=StrEnum)
-
 _TOP_LEVEL = {"signature", "prefilter", "xid"}
-_SIGNATURE_KEYS = {
-    "id",
-    "category",
-    "role",
-    "weight",
-    "regex",
-    "examples",
-    "ere",
-    "witness",
-    "peer",
-}
 
 
 def site_catalogue() -> Catalogue:
@@ -137,7 +123,7 @@ def _xid(table: object, path: str) -> dict[int, XidEntry]:
             or set(spec) - {"category", "kind"}
         ):
             raise InputError(field, value, 'give a category, or { category = "...", kind = "..." }')
-        category = _choice(f"{field}.category", spec["category"], Category)
+        category = choice(f"{field}.category", spec["category"], Category)
         code = int(key)
         kind = spec.get("kind", xid[code].kind if code in xid else "hardware")
         if kind not in KINDS:
@@ -149,55 +135,17 @@ def _xid(table: object, path: str) -> dict[int, XidEntry]:
     return xid
 
 
-def _choice(field: str, value: object, enum: type[E]) -> E:
-    try:
-        return enum(str(value))
-    except ValueError:
-        raise InputError(field, value, f"not one of {[m.value for m in enum]}") from None
-
-
 def _signature(table: object, field: str, base: Catalogue) -> Signature:
-    if not isinstance(table, dict):
-        raise InputError(field, table, "must be a table")
-    unknown = sorted(set(table) - _SIGNATURE_KEYS)
-    if unknown:
-        raise InputError(f"{field}.{unknown[0]}", table[unknown[0]], "not a signature field")
-    for name in ("id", "category", "regex"):
-        if not isinstance(table.get(name), str) or not table[name]:
-            raise InputError(f"{field}.{name}", table.get(name), "required, a non-empty string")
-    category = _choice(f"{field}.category", table["category"], Category)
-    role = _choice(f"{field}.role", table.get("role", "cause"), Role)
-    weight = table.get("weight", 0.5)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1:
-        raise InputError(f"{field}.weight", weight, "a number from 0 to 1")
-    try:
-        regex = re.compile(table["regex"])
-    except re.error as exc:
-        raise InputError(f"{field}.regex", table["regex"], f"bad regex: {exc}") from exc
-    examples = table.get("examples")
-    if (
-        not isinstance(examples, list)
-        or not examples
-        or not all(isinstance(e, str) for e in examples)
-    ):
-        raise InputError(f"{field}.examples", examples, "at least one example line (a string)")
-    for number, example in enumerate(examples):
+    """A site's signature: besides what any signature must be, it brings at least one example,
+    which its regex matches and the prefilter lets through (else it never sees a line)."""
+    signature = signature_from_table(table, field)
+    if not signature.examples:
+        given = table.get("examples") if isinstance(table, dict) else None
+        raise InputError(f"{field}.examples", given, "at least one example line (a string)")
+    for number, example in enumerate(signature.examples):
         where = f"{field}.examples[{number}]"
-        if not regex.search(example):
+        if not signature.regex.search(example):
             raise InputError(where, example, "the regex does not match it")
         if not base.prefilter.search(mask_template(example.encode("utf-8", "replace"))):
             raise InputError(where, example, "no prefilter anchor lets it through: add one")
-    for name, kind in (("ere", str), ("witness", bool), ("peer", bool)):
-        if name in table and not isinstance(table[name], kind):
-            raise InputError(f"{field}.{name}", table[name], f"must be a {kind.__name__}")
-    return Signature(
-        id=table["id"],
-        category=category,
-        role=role,
-        weight=float(weight),
-        regex=regex,
-        examples=tuple(examples),
-        ere=table.get("ere"),
-        witness=table.get("witness", False),
-        peer=table.get("peer", False),
-    )
+    return signature
