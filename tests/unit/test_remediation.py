@@ -352,6 +352,26 @@ def test_an_agent_that_lost_its_rendezvous_is_a_witness_not_the_lost_node() -> N
     assert plan.drain == ()
 
 
+def test_cuda_failing_at_start_or_a_socket_address_the_job_chose_drains_nothing_alone() -> None:
+    """CUDA failing at initialisation (CUDA_VISIBLE_DEVICES changed after the program started)
+    and a socket bound to an address the program was given: the job's set-up as often as the
+    node's. They name their category, and the plan pair-tests instead of draining node001."""
+    from trainmedic.diagnosis import LogSource, diagnose
+
+    for line, category in (
+        (
+            "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
+            "environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.",
+            Category.CUDAError,
+        ),
+        ("OSError: [Errno 99] Cannot assign requested address", Category.NetworkError),
+    ):
+        found = diagnose([LogSource.from_lines("rank-00000.node001.err", [line])])
+        assert found.category is category
+        plan = plan_remediation(found, job(nodes=("node001", "node002")))
+        assert plan.drain == () and plan.locate
+
+
 def test_an_illegal_memory_access_goes_to_the_owner_unless_hardware_stands_beside_it() -> None:
     """NVIDIA reads a kernel's illegal memory access as the program's own fault: the owner
     hears of it, no node is drained or tested, the job is not retried. An uncorrectable ECC
