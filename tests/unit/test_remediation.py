@@ -5,6 +5,7 @@ from trainmedic.core.models import Diagnosis, Evidence, JobInfo
 from trainmedic.core.taxonomy import Action, Category, layer_of, remediation_for
 from trainmedic.decisions.attempts import attempts_so_far, exclusions, spec_changes_for
 from trainmedic.decisions.remediation import origin_node, plan_remediation
+from trainmedic.diagnosis import LogSource, diagnose
 
 
 def job(job_id: str = "1001", nodes=("node001", "node002", "node003"), prev=None) -> JobInfo:
@@ -154,8 +155,6 @@ XID48 = (
 
 
 def test_an_application_xid_goes_to_the_owner_and_never_drains() -> None:
-    from trainmedic.diagnosis import LogSource, diagnose
-
     found = diagnose([LogSource.from_lines("node002-kernel.log", [XID13], host="node002")])
     assert found.category is Category.CUDAError  # the label real reports carry
     plan = plan_remediation(found, job(nodes=("node001", "node002")))
@@ -164,8 +163,6 @@ def test_an_application_xid_goes_to_the_owner_and_never_drains() -> None:
 
 
 def test_hardware_evidence_beside_an_application_xid_wins() -> None:
-    from trainmedic.diagnosis import LogSource, diagnose
-
     found = diagnose([LogSource.from_lines("node002-kernel.log", [XID13, XID48], host="node002")])
     assert found.category is Category.ECCError
     plan = plan_remediation(found, job(nodes=("node001", "node002")))
@@ -220,8 +217,6 @@ def _nccl(host: str, message: str) -> str:
 def test_a_socket_failure_drains_neither_end_and_the_pair_test_decides() -> None:
     """A reset seen by node001 is a witness's line; a peer it names is only the far end of the
     broken connection: its process may have died of its own error. Neither is drained on it."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     nodes = ("node001", "node002")
     reset = diagnose(
         [
@@ -264,8 +259,6 @@ def test_a_socket_failure_drains_neither_end_and_the_pair_test_decides() -> None
 
 def test_what_only_the_printing_host_can_cause_is_its_own() -> None:
     """No route in its own table, or a "peer" at its own loopback address: node001's set-up."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     unreachable = diagnose(
         [
             LogSource.from_lines(
@@ -299,8 +292,6 @@ def test_ranks_that_disagree_on_a_collective_drain_no_node() -> None:
     """NCCL's IB transport saw a peer post another size for the same operation: the ranks
     issued different collectives. The node that noticed is a witness, not a faulty machine,
     and the catch-all NCCL WARN on that line does not bring it back."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     line = (
         "node001:201805:201927 [0] transport/net_ib.cc:667 NCCL WARN NET/IB : collective "
         "mismatch error local size 32768 remote 1048576 addr 0 rkey 3beac3"
@@ -316,8 +307,6 @@ def test_ranks_that_disagree_on_a_collective_drain_no_node() -> None:
 def test_a_daemon_open_mpi_lost_is_a_suspect_not_a_proven_node_failure() -> None:
     """mpirun lost its daemon on node002: the node died, or the daemon went down with the
     job's own crash. The report names node002; the pair test (or Slurm's NODE_FAIL) proves it."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     lines = [
         "ORTE has lost communication with a remote daemon.",
         "",
@@ -336,8 +325,6 @@ def test_an_agent_that_lost_its_rendezvous_is_a_witness_not_the_lost_node() -> N
     """torchelastic's agent on node002 could not renew its heartbeat with the rendezvous store
     (hosted on the job's first node). The node the warning names is node002 itself, alive and
     printing: it is not where the job broke, so it is neither named nor drained."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     lines = [
         "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node "
         "'node002_3427_0' has failed to send a keep-alive heartbeat to the rendezvous 'job' "
@@ -356,8 +343,6 @@ def test_cuda_failing_at_start_or_a_socket_address_the_job_chose_drains_nothing_
     """CUDA failing at initialisation (CUDA_VISIBLE_DEVICES changed after the program started)
     and a socket bound to an address the program was given: the job's set-up as often as the
     node's. They name their category, and the plan pair-tests instead of draining node001."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     for line, category in (
         (
             "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
@@ -376,8 +361,6 @@ def test_an_illegal_memory_access_goes_to_the_owner_unless_hardware_stands_besid
     """NVIDIA reads a kernel's illegal memory access as the program's own fault: the owner
     hears of it, no node is drained or tested, the job is not retried. An uncorrectable ECC
     error beside it is the hardware's, and drains the node."""
-    from trainmedic.diagnosis import LogSource, diagnose
-
     crash = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
     found = diagnose([LogSource.from_lines("rank-00003.node002.err", [crash])])
     assert found.category is Category.CUDAError  # the label real reports carry
