@@ -107,6 +107,12 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "master-02",
         ),
         ("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing process", None),
+        # journalctl under a European locale writes the month in lowercase
+        (
+            "nov 07 01:36:56 bernard kernel: amdgpu 0000:0a:00.0: amdgpu: ring gfx_0.0.0 timeout",
+            "bernard",
+        ),
+        ("took 12 10:00:00 steps[3]: done", None),
         (
             "2020-06-15T14:41:33.52+02:00 ossw02 <kern.warning> kernel: LNet: Service thread",
             "ossw02",
