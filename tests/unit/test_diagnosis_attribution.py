@@ -171,6 +171,19 @@ def test_shell_prompts_name_the_host_or_container_and_skip_localhost() -> None:
     assert shell_prompts(body) == [(0, "gpu-03"), (2, "3f2a9c1b7d4e"), (3, "gpu-2-5")]
 
 
+def test_srun_from_a_prompt_places_what_follows_on_its_one_node_or_on_none() -> None:
+    """What srun prints comes from the allocation's nodes, not from the login node whose prompt
+    typed it: its one node where -w names one, no host where it names several."""
+    body = (
+        b"[root@bright88 mxnet]# srun -N 1 -G 4 --exclusive -w node001 bash ./run.sh\n"
+        b"slurmstepd: error: pyxis: couldn't start container\n"
+        b"[root@bright88 mxnet]# srun -N 2 -w node[001-002] bash ./run.sh\n"
+        b"[root@bright88 mxnet]# srun -N 2 --nodelist=gpu1,gpu2 hostname\n"
+        b"[root@bright88 mxnet]# sinfo\n"
+    )
+    assert shell_prompts(body) == [(0, "node001"), (2, None), (3, None), (4, "bright88")]
+
+
 def test_a_ray_task_header_places_the_traceback_under_it_and_no_more() -> None:
     """The error a Ray task raised happened on the node its header names, whatever the
     file's own host; its traceback ends at the first blank line, and the lines after it are

@@ -98,10 +98,14 @@ _SHELL_PROMPT = re.compile(
     rb"^[ \t]*(?:>[ \t]?)?(?:\([\w.-]+\) )?"
     rb"\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}(?=[: ]))"
     rb"[: ][^\n#$%]{0,160}?\]?[#$%] "
-    # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to.
-    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) )?",
+    # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to; "$ srun ...":
+    # on the allocation's nodes, not on the login node whose prompt it is.
+    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) |(?P<srun>srun [^\n]*))?",
     re.MULTILINE,
 )
+# srun's node list when it names one node ("-w node001", "--nodelist=node001"): that node
+# printed what follows. A list or a range ("-w node[01-04]", "-w a,b") names no one writer.
+_SRUN_ONE_NODE = re.compile(rb"(?:^|\s)(?:-w ?|--nodelist[= ])(?P<node>[A-Za-z][\w.-]*)(?=\s|$)")
 # A Ray task's error header ("ray::WorkerDict.generate_sequences() (pid=838798, ip=10.138.0.27,
 # actor_id=...)"): the traceback after it was raised in that task, on that node.
 RAY_TRACEBACK_LINES = 200
@@ -205,13 +209,23 @@ def _line_prefix(text: str) -> tuple[re.Match[str], str, str] | None:
     return _line_prefix(inner) if inner else None
 
 
-def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, str]]:
+def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, str | None]]:
     """(line offset in ``body``, host) of every shell prompt naming a node; ``containers=False``
-    skips a container's default name, for a log whose node is known otherwise (its file's)."""
-    found = []
+    skips a container's default name, for a log whose node is known otherwise (its file's).
+    The host is None after a prompt that ran srun on nodes it does not name one by one: the
+    lines that follow were printed somewhere in the allocation, not on the prompt's host."""
+    found: list[tuple[int, str | None]] = []
     lines = _LineCounter(body)
     for match in _SHELL_PROMPT.finditer(body):
-        named = match.group("ssh") or match.group("host")
+        srun = match.group("srun")
+        if srun is not None:
+            one = _SRUN_ONE_NODE.search(srun)
+            named = one.group("node") if one else None
+        else:
+            named = match.group("ssh") or match.group("host")
+        if named is None:
+            found.append((lines.at(match.start()), None))
+            continue
         host = named.decode("ascii", "replace").lower().rstrip(".")
         if host == _NOT_A_NODE or (not containers and _CONTAINER_ID.match(host)):
             continue

@@ -209,7 +209,7 @@ class _Scanner:
         if prompts:
             self.prompt_host = prompts[-1][1]
             # A shell's host printed what follows; a Ray header's node only raised one error.
-            self.result.writers.update(host for _, host in shells)
+            self.result.writers.update(host for _, host in shells if host is not None)
         self._collect_loss(body, first_line)
         return first_line + len(masked_lines) - 1
 
@@ -350,7 +350,7 @@ class _Scanner:
 
 
 def _with_ray_tracebacks(
-    shells: list[tuple[int, str]], headers: list[tuple[int, str, int]], before: str | None
+    shells: list[tuple[int, str | None]], headers: list[tuple[int, str, int]], before: str | None
 ) -> list[tuple[int, str | None]]:
     """Shell prompts and Ray task headers as one ordered list of host changes: a header's node
     holds for its traceback only, then the host of the shell in force there again (``before``:
