@@ -5,19 +5,19 @@ well-formed, sourced and cover every class."""
 from __future__ import annotations
 
 import csv
-import json
 from collections import Counter
 from pathlib import Path
+
+from support.corpus import dev_rows
 
 from trainmedic.core.taxonomy import Category, layer_of
 
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = REPO / "tests" / "corpus" / "dev-logs.jsonl"
 DATA = REPO / "trainmedic" / "diagnosis" / "data"
 
 
 def test_corpus_rows_are_real_sourced_and_labelled_with_the_taxonomy() -> None:
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    rows = dev_rows()
     assert len(rows) >= 150
     assert len({r["id"] for r in rows}) == len(rows)
     for row in rows:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.corpus import dev_lines
 
 from trainmedic.diagnosis import LogSource, load_catalogue
 from trainmedic.diagnosis import dispatch as dispatch_module
@@ -28,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_diagnosis_prefilter import generated_lines
 
 CATALOGUE = load_catalogue()
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
 
 
 def _every_signature(raw: bytes) -> list[str]:
@@ -63,13 +63,10 @@ WRAPPERS = (
 
 
 def _lines() -> list[str]:
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    lines = [line for row in rows for line in row["log"].splitlines()]
+    lines = list(dev_lines())
     lines += [e for s in CATALOGUE.signatures for e in s.examples]
     lines += [g for s in CATALOGUE.signatures for g in generated_lines(s)[0]]
-    # Once each: a quarter of the corpus's lines repeat (a log's warnings, over and over), and a
-    # line's verdict is the same every time it is read.
-    lines = list(dict.fromkeys(lines))
+    lines = list(dict.fromkeys(lines))  # once each: a line's verdict is the same every time
     rng = random.Random(5)
     varied = []
     for line in lines:  # the same lines with other numbers, in capitals, with \r inside

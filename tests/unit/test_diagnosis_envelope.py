@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 
 import pytest
+from support.corpus import dev_rows
 
 from trainmedic.core.taxonomy import Category
 from trainmedic.diagnosis import LogSource, diagnose
@@ -16,7 +16,6 @@ from trainmedic.diagnosis.dispatch import line_text
 from trainmedic.diagnosis.envelope import message_templates, messages, named_part
 from trainmedic.diagnosis.learned import NO_WORDS
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
 TRACEBACK = "Traceback (most recent call last):"
 
 
@@ -126,8 +125,7 @@ def _category(name: str, log: str) -> Category:
 @cache
 def _sample() -> list[tuple[str, str, Category]]:
     """About 250 real logs of every category (every 16th row), with the rules' verdict."""
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [(row["id"], row["log"], _category(row["id"], row["log"])) for row in rows[::16]]
+    return [(row["id"], row["log"], _category(row["id"], row["log"])) for row in dev_rows()[::16]]
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)

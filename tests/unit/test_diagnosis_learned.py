@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from support.builders import job_info
+from support.corpus import dev_rows
 
 from trainmedic.core.taxonomy import Category
 from trainmedic.decisions.remediation import DEFAULT_CONFIDENCE_FLOOR, plan_remediation
@@ -20,7 +18,6 @@ from trainmedic.diagnosis.learned import (
     troubled,
 )
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
 HEALTHY = [
     f"[2026-12-02 14:0{i // 60}:{i % 60:02d}] iteration {i}/400 | lm loss: {3.0 - i / 200:.3E} | "
     f"grad norm: 0.812 | elapsed time per iteration (ms): 812.3"
@@ -38,8 +35,7 @@ TABLE_OF_TWO = train(
 
 
 def test_the_shipped_table_is_the_one_the_corpus_builds() -> None:
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    built = train(corpus_examples(rows)).dumps()
+    built = train(corpus_examples(dev_rows())).dumps()
     assert TABLE.read_text(encoding="utf-8") == built, (
         "the word table is stale: run `.venv/bin/python scripts/learn_words.py`"
     )

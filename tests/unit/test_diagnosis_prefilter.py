@@ -11,13 +11,12 @@ spelling of each branch; real logs pad, wrap and spell them otherwise).
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 import pytest
+from support.corpus import dev_lines
 
 from trainmedic.diagnosis import LogSource, Signature, load_catalogue
 from trainmedic.diagnosis.scan import scan_source
@@ -147,11 +146,9 @@ def test_a_line_no_anchor_covers_does_not_reach() -> None:
 
 def test_no_real_line_a_signature_matches_is_stopped_by_the_prefilter() -> None:
     """ "Loss    nan" (columns padded with spaces) matched nan-loss-value and never reached it."""
-    corpus = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
     stopped = []
-    for row in map(json.loads, corpus.read_text(encoding="utf-8").splitlines()):
-        for line in row["log"].splitlines():
-            if CATALOGUE.passes_prefilter(line):
-                continue
-            stopped += [(s.id, line) for s in CATALOGUE.signatures if s.regex.search(line)]
+    for line in dev_lines():
+        if CATALOGUE.passes_prefilter(line):
+            continue
+        stopped += [(s.id, line) for s in CATALOGUE.signatures if s.regex.search(line)]
     assert not stopped, f"{len(stopped)} corpus lines the prefilter stops, e.g. {stopped[:5]}"
