@@ -32,7 +32,11 @@ __all__ = ["NO_WORDS", "Guess", "TokenModel", "bundled_model", "train"]
 TABLE = Path(__file__).with_name("data") / "learned_tokens.json"
 # A word seen in one example only is that example's, not its category's: left out of the table.
 MIN_EXAMPLES = 2
-SMOOTHING = 0.5
+# What a word's count is smoothed by (a share is (held + s) / (examples + 2s)). Small: a word
+# that a category's examples never hold then leans well away from it. Held out batch by batch
+# on the 5217-row dev corpus, the 929 logs no signature explains were right 312 times at 0.5,
+# 324 at 0.2, 332 at 0.1 (0.03 to 0.1 gave 327 to 334, 0.01 gave 325).
+SMOOTHING = 0.1
 # Below this many known words the text says too little to lean anywhere.
 MIN_KNOWN_TOKENS = 3
 MIN_PROBABILITY = 0.5
