@@ -112,6 +112,10 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "nov 07 01:36:56 bernard kernel: amdgpu 0000:0a:00.0: amdgpu: ring gfx_0.0.0 timeout",
             "bernard",
         ),
+        (
+            "april 24 16:22:15 robin-linux-x3d kernel: NVRM: GPU 0000:01:00.0: GPU is lost",
+            "robin-linux-x3d",
+        ),
         ("took 12 10:00:00 steps[3]: done", None),
         (
             "2020-06-15T14:41:33.52+02:00 ossw02 <kern.warning> kernel: LNet: Service thread",

@@ -132,13 +132,13 @@ _MACHINE_LINE = re.compile(
 _NOT_A_NODE = "localhost"
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
 # A syslog line ("May 29 10:01:02 host proc[pid]:", journalctl -o short-precise's "10:01:02.880752",
-# a Chinese locale's "4月 28 ...", a European one's lowercase "nov 07 ..."), at the start
-# or quoted after a report's own words ("Error: May 29 ..."), or after the file grep found it in
-# ("/var/log/kern.log:Aug 18 14:30:16 host kernel: ..."). rsyslog templates may print the
-# facility and priority between the host and the program ("<kern.warning>", "<4>").
+# a Chinese locale's "4月 28 ...", a European one's lowercase "nov 07 ..." or "april 24 ..."),
+# at the start or quoted after a report's own words ("Error: May 29 ..."), or after the file
+# grep found it in ("/var/log/kern.log:Aug 18 14:30:16 host kernel: ..."). rsyslog templates
+# may print the facility and priority between the host and the program ("<kern.warning>", "<4>").
 _SYSLOG_PREFIX = re.compile(
     r"(?:^|(?<=\s)|(?<=\.log:)|(?<=/messages:)|(?<=/syslog:))"
-    r"(?:(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+|[a-z]{3}\s+\d{1,2}\s+\d\d:\d\d:\d\d)(?:\.\d+)?"
+    r"(?:(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+|[a-z]{3,9}\s+\d{1,2}\s+\d\d:\d\d:\d\d)(?:\.\d+)?"
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?!(?:node|host|hostname|localhost|server)\s)"  # a report's stand-in for the name
     r"(?P<host>[A-Za-z][\w.-]*)\s+(?:<(?:[a-z]+\.[a-z]+|\d{1,3})>\s*)?"
