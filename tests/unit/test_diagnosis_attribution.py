@@ -116,6 +116,11 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
             "april 24 16:22:15 robin-linux-x3d kernel: NVRM: GPU 0000:01:00.0: GPU is lost",
             "robin-linux-x3d",
         ),
+        (
+            "Feb 14 05:03:42 000-000-00000-1-gpu-1 kernel: nvidia 0000:18:00.0: enabling device",
+            "000-000-00000-1-gpu-1",
+        ),
+        ("Feb 14 05:03:42 12 kernel: nvidia 0000:18:00.0: enabling device", None),
         ("took 12 10:00:00 steps[3]: done", None),
         (
             "2020-06-15T14:41:33.52+02:00 ossw02 <kern.warning> kernel: LNet: Service thread",

@@ -136,12 +136,13 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
 # at the start or quoted after a report's own words ("Error: May 29 ..."), or after the file
 # grep found it in ("/var/log/kern.log:Aug 18 14:30:16 host kernel: ..."). rsyslog templates
 # may print the facility and priority between the host and the program ("<kern.warning>", "<4>").
+# A host name may start with a digit ("000-000-00000-1-gpu-1") if a letter follows.
 _SYSLOG_PREFIX = re.compile(
     r"(?:^|(?<=\s)|(?<=\.log:)|(?<=/messages:)|(?<=/syslog:))"
     r"(?:(?:(?:[A-Z][a-z]{2}|\d{1,2}月)\s+\d+\s+[\d:]+|[a-z]{3,9}\s+\d{1,2}\s+\d\d:\d\d:\d\d)(?:\.\d+)?"
     r"|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?)\s+"
     r"(?!(?:node|host|hostname|localhost|server)\s)"  # a report's stand-in for the name
-    r"(?P<host>[A-Za-z][\w.-]*)\s+(?:<(?:[a-z]+\.[a-z]+|\d{1,3})>\s*)?"
+    r"(?P<host>[A-Za-z][\w.-]*|\d[\w.-]*[A-Za-z][\w.-]*)\s+(?:<(?:[a-z]+\.[a-z]+|\d{1,3})>\s*)?"
     r"(?:kernel|slurmd|slurmstepd|[a-z][\w.-]*\[\d+\]):"
 )
 _RANK = re.compile(r"(?<![\w-])[Rr]ank[\s:=\[]*(?P<rank>\d+)")
