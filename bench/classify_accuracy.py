@@ -13,13 +13,14 @@ with no table at all.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from support.corpus import DEV_CORPUS, dev_rows, read_rows  # noqa: E402
 
 from trainmedic.diagnosis import LogSource, diagnose  # noqa: E402
 from trainmedic.diagnosis.learned import (  # noqa: E402
@@ -29,7 +30,6 @@ from trainmedic.diagnosis.learned import (  # noqa: E402
     train,
 )
 
-DEFAULT_CORPUS = ROOT / "tests" / "corpus" / "dev-logs.jsonl"  # real excerpts, with URLs
 GENERIC_ERROR = re.compile(r"error|exception|fail|killed|timeout", re.IGNORECASE)
 # What a hurried on-call engineer's grep would conclude from the first error line.
 NAIVE_KEYWORDS = [
@@ -99,7 +99,7 @@ class HeldOut:
     copied into the dev corpus)."""
 
     def __init__(self, scored: list[dict[str, str]]) -> None:
-        self.dev = [json.loads(line) for line in DEFAULT_CORPUS.read_text().splitlines() if line]
+        self.dev = dev_rows()
         self.scored = scored
         self.tables: dict[str, TokenModel] = {}
 
@@ -114,10 +114,10 @@ class HeldOut:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=DEV_CORPUS)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
+    rows = read_rows(args.corpus)
     scores = {"trainmedic": [0, 0], "rules only": [0, 0], "naive": [0, 0]}
     held_out = HeldOut(rows)
     host_rows = [r for r in rows if r["root_cause_host"]]

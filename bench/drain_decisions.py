@@ -16,7 +16,6 @@ can be checked.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
-from classify_accuracy import DEFAULT_CORPUS, host_ok  # noqa: E402
+from classify_accuracy import host_ok  # noqa: E402
 from support.builders import job_info  # noqa: E402
+from support.corpus import DEV_CORPUS, read_rows  # noqa: E402
 
 from trainmedic.core.models import Diagnosis  # noqa: E402
 from trainmedic.core.taxonomy import Category, Layer, layer_of  # noqa: E402
@@ -69,10 +69,10 @@ def verdict(row: dict[str, str | None], diagnosis: Diagnosis, drained: tuple[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=DEV_CORPUS)
     parser.add_argument("--verbose", action="store_true", help="list the wrong drains")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
+    rows = read_rows(args.corpus)
     tally: Counter[str] = Counter()
     wrong_by_signature: Counter[str] = Counter()
     for row in rows:

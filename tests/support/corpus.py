@@ -11,11 +11,16 @@ from typing import Any
 DEV_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "dev-logs.jsonl"
 
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A labelled corpus's rows (JSON Lines, blank lines skipped), in file order."""
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 @cache
 def dev_rows() -> tuple[dict[str, Any], ...]:
     """Every row, in file order. Callers must not change them: the tuple is shared."""
-    text = DEV_CORPUS.read_text(encoding="utf-8")
-    return tuple(json.loads(line) for line in text.splitlines() if line.strip())
+    return tuple(read_rows(DEV_CORPUS))
 
 
 @cache

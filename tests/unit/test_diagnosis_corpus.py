@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+from support.corpus import read_rows
 
 from trainmedic.diagnosis import LogSource, diagnose
 
@@ -48,7 +48,7 @@ def host_matches(expected: str, got: str | None) -> bool:
 def load_corpus() -> list[dict]:
     for path in CORPUS_CANDIDATES:
         if path.exists():
-            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            return read_rows(path)
     pytest.skip("dev corpus not available")
 
 
