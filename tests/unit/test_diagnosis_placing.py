@@ -165,6 +165,17 @@ def test_zsh_prompts_and_uname_name_the_machine_a_report_came_from() -> None:
     assert diagnosed(banner).root_cause_host is None
 
 
+def test_a_syslogd_wall_message_names_the_machine_the_terminal_is_on() -> None:
+    """syslogd writes a kernel emergency to the terminals of its own machine: the lines after
+    its header were printed there."""
+    wall = [
+        "Message from syslogd@gpu-07 at Apr  3 04:50:06 ...",
+        " kernel:[2615390.401038] watchdog: BUG: soft lockup - CPU#20 stuck for 23s! [python:3756]",
+        *ERROR,
+    ]
+    assert diagnosed(wall).root_cause_host == "gpu-07"
+
+
 def test_a_gpu_named_without_its_machine_joins_the_one_machine_the_log_came_from() -> None:
     lost = ["Unable to determine the device handle for GPU0000:03:00.0: Unknown Error"]
     assert diagnosed(lost).root_cause_host == "GPU 0000:03:00.0"

@@ -93,14 +93,17 @@ _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 # name the log gives the machine (acting on it needs it in the inventory); never localhost.
 # A conda or virtualenv prompt starts with the environment's name: "(base) user@gpu-03:~$ ";
 # zsh's ends in "%": "user@cn-234 ~ % ".
+# syslogd's wall message ("Message from syslogd@gpu-03 at Apr  3 04:50:06 ...", then the kernel's
+# emergency line) reaches the terminals of the machine it names: the session is on that host.
 _SHELL_PROMPT = re.compile(
     # (indented or quoted in a report, as a whole block)
-    rb"^[ \t]*(?:>[ \t]?)?(?:\([\w.-]+\) )?"
+    rb"^[ \t]*(?:>[ \t]?)?(?:(?:\([\w.-]+\) )?"
     rb"\[?[A-Za-z_][\w.-]*@(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}(?=[: ]))"
     rb"[: ][^\n#$%]{0,160}?\]?[#$%] "
     # "$ ssh gpu-2-5 nvidia-smi": what follows was printed on the host ssh went to; "$ srun ...":
     # on the allocation's nodes, not on the login node whose prompt it is.
-    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) |(?P<srun>srun [^\n]*))?",
+    rb"(?:ssh (?:-\S+ )*(?:[\w.-]+@)?(?P<ssh>[A-Za-z][\w.-]*) |(?P<srun>srun [^\n]*))?"
+    rb"|Message from syslogd@(?P<wall>[A-Za-z][\w.-]*) at )",
     re.MULTILINE,
 )
 # srun's node list when it names one node ("-w node001", "--nodelist=node001"): that node
@@ -223,7 +226,7 @@ def shell_prompts(body: bytes, *, containers: bool = True) -> list[tuple[int, st
             one = _SRUN_ONE_NODE.search(srun)
             named = one.group("node") if one else None
         else:
-            named = match.group("ssh") or match.group("host")
+            named = match.group("ssh") or match.group("host") or match.group("wall")
         if named is None:
             found.append((lines.at(match.start()), None))
             continue
