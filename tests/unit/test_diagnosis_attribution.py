@@ -149,6 +149,8 @@ def test_attribute_reads_an_iso_timestamp_near_the_start() -> None:
         # Open MPI's signal handler names the rank's machine; a rank tag in brackets does not
         ("[bc-gpu1:01501] *** Process received signal ***", "bc-gpu1"),
         ("[bc-gpu1:01501] Signal: Segmentation fault (11)", "bc-gpu1"),
+        # in a container, its id (12 hex digits, maybe a digit first) is the host name
+        ("[1,1]<stderr>:[27c929c21716:87519] Signal: Aborted (6)", "27c929c21716"),
         ("[rank0:3] Signal: Segmentation fault (11)", None),
         # LSF's report of a one-host job names its machine; of a two-host job, neither
         (

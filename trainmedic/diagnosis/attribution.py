@@ -57,8 +57,9 @@ _LABEL_PREFIX = re.compile(
     # Cray MPICH's abort: "MPICH ERROR [Rank 0] [job id 2843791.3] [Tue Feb 14 ...] [nid007564] -"
     r"|^MPICH ERROR \[Rank \d+\] \[job id [^\]]*\] \[[^\]]*\] \[(?P<mpich>[A-Za-z][\w.-]*)\] - "
     # Open MPI's signal handler reporting a rank's crash: "[node7:01501] *** Process received
-    # signal ***", "[node7:01501] Signal: Segmentation fault (11)", "[node7:01501] [ 0] ...".
-    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<ompi>[A-Za-z][\w.-]*):\d+\] "
+    # signal ***", "[node7:01501] Signal: Segmentation fault (11)", "[node7:01501] [ 0] ..."; in a
+    # container, its id is the host name ("[27c929c21716:87519]").
+    r"|^\[(?!(?:rank|gpu|cuda|device)\d)(?P<ompi>[A-Za-z][\w.-]*|[0-9a-f]{12}):\d+\] "
     r"(?=\*\*\* |Signal(?: code)?: |Failing at address|\[ ?\d+\] )"
     # PBS's node list ("x3014c0s19b0n0   offline,resv-exclusive Xid 74 -- GPUs need reseat",
     # "x4013c0s7b0n0,down,EXECJOB_BEGIN: ..."): the node the line is about.
