@@ -51,6 +51,8 @@ def test_sxid_catalogue_and_xid154_actions_parse() -> None:
     for row in sxids:
         Category(row["category"])
     with (DATA / "xid154_recovery_actions.csv").open() as handle:
-        actions = {r["action"]: r["node_action"] for r in csv.DictReader(handle)}
+        actions = {r["action"]: int(r["code"]) for r in csv.DictReader(handle)}
     assert {"NONE", "GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "DRAIN_AND_RESET"} <= set(actions)
-    assert set(actions.values()) <= {"none", "reset_gpu", "reboot", "drain"}
+    # NVML's enum: each code once, as the driver prints it in an Xid 154 line ("to 0x1 (...)")
+    assert sorted(actions.values()) == list(range(len(actions)))
+    assert (actions["NONE"], actions["GPU_RESET"], actions["NODE_REBOOT"]) == (0, 1, 2)

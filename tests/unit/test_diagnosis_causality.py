@@ -160,6 +160,32 @@ def test_nvlink_queries_of_a_lost_gpu_are_its_aftermath_and_an_xid_74_is_not() -
     )
 
 
+def test_xid_154_alone_is_a_gpu_that_needs_its_repair_and_beside_its_xid_its_aftermath() -> None:
+    """The driver's recovery action (Xid 154) after a paste lost the Xid that caused it: the GPU
+    cannot be used until it is reset or its node rebooted. Beside that Xid it is no rival."""
+    reboot = (
+        "NVRM: Xid (PCI:0000:17:00): 154, GPU recovery action changed from 0x0 (None) to "
+        "0x2 (Node Reboot Required)"
+    )
+    alone = diagnose([LogSource.from_lines("node5-dmesg.log", [reboot])])
+    assert alone.category is Category.GPUFallenOff
+    assert alone.evidence[0].signature == "xid-recovery-required"
+    back = reboot.replace(
+        "0x0 (None) to 0x2 (Node Reboot Required)", "0x1 (GPU Reset Required) to 0x0 (None)"
+    )
+    assert "xid-recovery-required" not in {
+        e.signature for e in diagnose([LogSource.from_lines("node5-dmesg.log", [back])]).evidence
+    }
+    dbe = (
+        "NVRM: Xid (PCI:0000:17:00): 48, pid=2, An uncorrectable double bit error (DBE) has been "
+        "detected on GPU in the framebuffer at partition 0, subpartition 0."
+    )
+    both = diagnose([LogSource.from_lines("node5-dmesg.log", [dbe, reboot])])
+    assert both.category is Category.ECCError and both.confidence > 0.9
+    (rival,) = (r for r in both.rivals if r.category is Category.GPUFallenOff)
+    assert rival.reason.startswith("not counted: the aftermath of xid-GPUFallenOff")
+
+
 def test_the_nccl_cascade_is_searched_for_its_initiator() -> None:
     """Timeouts on every rank, an NCCL error that only wraps a CUDA failure on one: the CUDA
     failure on that rank started it."""

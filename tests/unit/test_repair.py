@@ -14,7 +14,7 @@ from trainmedic.decisions.repair import (
     parse_repair_knowledge,
     plan_repair,
 )
-from trainmedic.diagnosis.xid import load_xid_catalogue, parse_xid_line
+from trainmedic.diagnosis.xid import load_recovery_actions, load_xid_catalogue, parse_xid_line
 from trainmedic.state.records import RepairRecord
 
 NOW = datetime(2026, 12, 4, 3, 0, tzinfo=UTC)
@@ -64,6 +64,47 @@ def test_the_fresh_xids_choose_the_repair(codes, kind, fault) -> None:  # type: 
     found = plan([xid(c, DRAINED - timedelta(minutes=1)) for c in codes])
     assert (found.kind, found.fault) == (kind, fault)
     assert len(found.evidence) == len(codes)
+
+
+def recovery(to: str, at: datetime = DRAINED) -> str:
+    return xid(154, at, text=f"GPU recovery action changed from 0x0 (None) to {to}")
+
+
+@pytest.mark.parametrize(
+    ("lines", "kind", "fault"),
+    [
+        # Xid 154 reports what the GPU needs after the Xid that caused it: that one names the
+        # fault, and 154 raises the repair where it asks for more
+        ([48, "0x1 (GPU Reset Required)"], RepairKind.reset_gpu, "Xid 48"),
+        ([79, "0x2 (Node Reboot Required)"], RepairKind.reboot, "Xid 79"),
+        ([48, "0x2 (Node Reboot Required)"], RepairKind.reboot, "Xid 154"),
+        ([48, "0x4 (Drain and Reset)"], RepairKind.reset_gpu, "Xid 48"),
+        (["0x0 (None)"], RepairKind.none, "Xid 154"),
+        # a code NVML's table does not know: a human
+        ([48, "0x9"], RepairKind.inspect, "Xid 154"),
+        # a channel torn down beside another Xid, an informational notice: nothing of their own
+        ([79, 45], RepairKind.reboot, "Xid 79"),
+        ([48, 163], RepairKind.reset_gpu, "Xid 48"),
+    ],
+)
+def test_xid_154_and_notices_ask_for_what_they_say(lines, kind, fault) -> None:  # type: ignore[no-untyped-def]
+    at = DRAINED - timedelta(minutes=1)
+    found = plan([recovery(x, at) if isinstance(x, str) else xid(x, at) for x in lines])
+    assert (found.kind, found.fault) == (kind, fault)
+
+
+def test_the_repair_says_what_recovery_action_the_driver_asked_for() -> None:
+    at = DRAINED - timedelta(minutes=1)
+    found = plan([xid(48, at), recovery("0x2 (Node Reboot Required)", at)])
+    assert found.why == "Xid 154: the driver asks for 'Node Reboot Required' (NODE_REBOOT): reboot"
+    assert len(found.evidence) == 2
+
+
+def test_every_recovery_action_nvml_reports_has_a_repair() -> None:
+    knowledge = load_repair_knowledge()
+    assert set(knowledge.recovery) == {a.action for a in load_recovery_actions().values()}
+    with pytest.raises(ConfigError, match=r"REBOOT_TWICE"):
+        parse_repair_knowledge('[bucket]\n[verdict]\n[recovery]\nREBOOT_TWICE = "reboot"\n')
 
 
 def test_a_reset_targets_the_gpus_that_logged_the_fault() -> None:

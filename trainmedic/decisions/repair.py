@@ -4,8 +4,9 @@ the node's kernel log, its drain record and its repair history.
 The repair follows what drained the node, as NVIDIA's Xid catalogue recommends
 (``data/repairs.toml``): the node's fresh Xids (logged since its last repair, or since a
 day before the drain) each ask for a repair, and the most severe one wins
-(none < reset_gpu < reboot < inspect); a node with no Xid gets the repair its drain's verdict
-asks for (a failed pair test: reboot; a slow link: inspect).
+(none < reset_gpu < reboot < inspect); an Xid 154 asks for the recovery action the driver
+reports with it, an informational Xid for none; a node with no Xid gets the repair its drain's
+verdict asks for (a failed pair test: reboot; a slow link: inspect).
 
 Escalation, as the peers that do this at scale do it (gpud: two tries, then a hardware
 ticket): the ``escalate_after``-th repair of one fault on one node within ``window`` is not
@@ -27,7 +28,15 @@ from pydantic import Field
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.models import Strict
 from trainmedic.diagnosis.freshness import kernel_line_time
-from trainmedic.diagnosis.xid import lookup, parse_xid_line
+from trainmedic.diagnosis.xid import (
+    RECOVERY_XID,
+    XidEntry,
+    XidLine,
+    load_recovery_actions,
+    lookup,
+    parse_recovery_change,
+    parse_xid_line,
+)
 from trainmedic.state.records import RepairRecord
 
 __all__ = [
@@ -57,10 +66,12 @@ SEVERITY = {
 
 
 class RepairKnowledge(Strict):
-    """``data/repairs.toml``: NVIDIA's action bucket, per-Xid exceptions, drain verdicts."""
+    """``data/repairs.toml``: NVIDIA's action bucket, per-Xid exceptions, Xid 154's recovery
+    actions, drain verdicts."""
 
     bucket: dict[str, RepairKind]
     xid: dict[int, tuple[RepairKind, str]]
+    recovery: dict[str, RepairKind]
     verdict: dict[str, RepairKind]
 
 
@@ -85,9 +96,14 @@ def parse_repair_knowledge(text: str, origin: str = "repairs.toml") -> RepairKno
             int(code): (RepairKind(entry["repair"]), str(entry["why"]))
             for code, entry in data.get("xid", {}).items()
         }
+        recovery = {k: RepairKind(v) for k, v in data.get("recovery", {}).items()}
+        known = {a.action for a in load_recovery_actions().values()}
+        if unknown := sorted(set(recovery) - known):
+            raise ValueError(f"[recovery] names no recovery action NVML reports: {unknown}")
         return RepairKnowledge(
             bucket={k: RepairKind(v) for k, v in data["bucket"].items()},
             xid=xids,
+            recovery=recovery,
             verdict={k: RepairKind(v) for k, v in data["verdict"].items()},
         )
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
@@ -145,36 +161,68 @@ def _fresh_since(history: Sequence[RepairRecord], drained_at: datetime) -> datet
 def _from_xids(
     lines: Sequence[str], since: datetime, knowledge: RepairKnowledge
 ) -> RepairPlan | None:
-    found: dict[int, tuple[RepairKind, str, set[str], list[str]]] = {}
+    asks: dict[int, tuple[RepairKind, str]] = {}  # per Xid code, the most its lines ask for
+    gpus: dict[int, set[str]] = {}
+    evidence: dict[int, list[str]] = {}
     for line in lines:
         xid = parse_xid_line(line)
         at = kernel_line_time(line)
         if xid is None or at is None or at < since:
             continue  # not an Xid, or history (no time: cannot be shown to be fresh)
-        entry = lookup(xid.code)
-        if xid.code in knowledge.xid:
-            kind, why = knowledge.xid[xid.code]
-        elif entry is not None and entry.immediate_action in knowledge.bucket:
-            kind = knowledge.bucket[entry.immediate_action]
-            why = f"Xid {xid.code} ({entry.mnemonic}): NVIDIA's action {entry.immediate_action}"
-        else:
-            action = entry.immediate_action if entry else "not in the catalogue"
-            kind, why = RepairKind.inspect, f"Xid {xid.code} ({action}): no known repair"
-        _, _, gpus, evidence = found.setdefault(xid.code, (kind, why, set(), []))
-        gpus.add(xid.pci_bus_id)
-        evidence.append(line)
-    if not found:
+        kind, why = _xid_repair(xid, line, knowledge)
+        if xid.code not in asks or SEVERITY[kind] > SEVERITY[asks[xid.code][0]]:
+            asks[xid.code] = (kind, why)
+        gpus.setdefault(xid.code, set()).add(xid.pci_bus_id)
+        evidence.setdefault(xid.code, []).append(line)
+    if not asks:
         return None
-    worst = max(found, key=lambda code: (SEVERITY[found[code][0]], code))
-    kind, why, _, _ = found[worst]
-    gpus = sorted({g for code in found for g in found[code][2] if found[code][0] != "none"})
+    # The most severe repair; of equals, the Xid that caused the fault rather than Xid 154,
+    # which only reports what it needs.
+    worst = max(asks, key=lambda code: (SEVERITY[asks[code][0]], code != RECOVERY_XID, code))
+    kind, why = asks[worst]
     return RepairPlan(
         kind=kind,
         fault=f"Xid {worst}",
-        gpus=tuple(gpus),
+        gpus=tuple(sorted({g for code in asks if asks[code][0] != "none" for g in gpus[code]})),
         why=why,
-        evidence=tuple(line for code in sorted(found) for line in found[code][3])[-10:],
+        evidence=tuple(line for code in sorted(asks) for line in evidence[code])[-10:],
     )
+
+
+def _xid_repair(xid: XidLine, line: str, knowledge: RepairKnowledge) -> tuple[RepairKind, str]:
+    """The repair one Xid line asks for, and why."""
+    entry = lookup(xid.code)
+    if xid.code in knowledge.xid:
+        return knowledge.xid[xid.code]
+    if xid.code == RECOVERY_XID:
+        return _recovery_repair(line, knowledge)
+    if entry is not None and entry.immediate_action in knowledge.bucket:
+        action = entry.immediate_action
+        return knowledge.bucket[
+            action
+        ], f"Xid {xid.code} ({entry.mnemonic}): NVIDIA's action {action}"
+    if entry is not None and entry.kind == "informational":
+        return RepairKind.none, _informational(entry)
+    action = entry.immediate_action if entry else "not in the catalogue"
+    return RepairKind.inspect, f"Xid {xid.code} ({action or 'no action given'}): no known repair"
+
+
+def _informational(entry: XidEntry) -> str:
+    return f"Xid {entry.code} ({entry.mnemonic}): an informational notice, nothing to repair"
+
+
+def _recovery_repair(line: str, knowledge: RepairKnowledge) -> tuple[RepairKind, str]:
+    change = parse_recovery_change(line)
+    if change is None:  # the line was cut before the action: the Xid beside it decides
+        return RepairKind.none, f"Xid {RECOVERY_XID} without its recovery action"
+    said = f"Xid {RECOVERY_XID}: the driver asks for {change.said!r}"
+    if change.action is None or change.action.action not in knowledge.recovery:
+        return (
+            RepairKind.inspect,
+            f"{said} (0x{change.code:x}), a recovery action with no known repair",
+        )
+    kind = knowledge.recovery[change.action.action]
+    return kind, f"{said} ({change.action.action}): {kind}"
 
 
 def _from_verdict(verdict: str, knowledge: RepairKnowledge) -> RepairPlan:

@@ -24,13 +24,18 @@ from trainmedic.core.taxonomy import Category
 
 __all__ = [
     "APPLICATION_XID",
+    "RECOVERY_XID",
+    "RecoveryAction",
+    "RecoveryChange",
     "SxidEntry",
     "XidEntry",
     "XidLine",
     "codes_for",
+    "load_recovery_actions",
     "load_sxid_catalogue",
     "load_xid_catalogue",
     "lookup",
+    "parse_recovery_change",
     "parse_xid_line",
     "sxid_signature_tables",
     "xid_signature_tables",
@@ -141,6 +146,62 @@ def parse_xid_line(line: str) -> XidLine | None:
     domain, bus, device = address.split(":")
     bus_id = f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function or '0'}"
     return XidLine(code=int(match["code"]), pci_bus_id=bus_id)
+
+
+# Xid 154: the driver tells what the GPU now needs before it can be used again (NVML's
+# recovery action), as "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
+# Required)". Informational about the Xid that caused it, which is logged beside it.
+RECOVERY_XID = 154
+_RECOVERY_CHANGE = re.compile(
+    r"GPU recovery action changed from 0x(?P<before>[0-9a-fA-F]+)\b.*?"
+    r" to 0x(?P<after>[0-9a-fA-F]+)\b(?: \((?P<said>[^)]*)\))?"
+)
+
+
+@dataclass(frozen=True)
+class RecoveryAction:
+    """A recovery action NVML (and Xid 154) can report (``data/xid154_recovery_actions.csv``)."""
+
+    code: int
+    action: str  # NVML's name: NONE, GPU_RESET, NODE_REBOOT, DRAIN_P2P, ...
+    meaning: str
+
+
+def parse_recovery_actions(
+    text: str, origin: str = "xid154_recovery_actions.csv"
+) -> dict[int, RecoveryAction]:
+    def entry(row: dict[str, str]) -> RecoveryAction:
+        return RecoveryAction(code=int(row["code"]), action=row["action"], meaning=row["meaning"])
+
+    return _catalogue_rows(text, origin, "recovery action", entry)
+
+
+@cache
+def load_recovery_actions() -> dict[int, RecoveryAction]:
+    text = resources.files("trainmedic.diagnosis").joinpath("data", "xid154_recovery_actions.csv")
+    return parse_recovery_actions(text.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class RecoveryChange:
+    """An Xid 154 line read: the recovery action the GPU needs now (None where the driver
+    reported a code the table does not know) and the words the driver used for it."""
+
+    code: int
+    action: RecoveryAction | None
+    said: str
+
+
+def parse_recovery_change(line: str) -> RecoveryChange | None:
+    """The new recovery action of a driver's Xid 154 line; None for any other line."""
+    xid = parse_xid_line(line)
+    match = _RECOVERY_CHANGE.search(line) if xid and xid.code == RECOVERY_XID else None
+    if match is None:
+        return None
+    code = int(match["after"], 16)
+    return RecoveryChange(
+        code=code, action=load_recovery_actions().get(code), said=match["said"] or f"0x{code:x}"
+    )
 
 
 @dataclass(frozen=True)
