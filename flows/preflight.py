@@ -33,7 +33,10 @@ class PreflightRequest(BaseModel):
     pair_test: bool = Field(default=False, description="also pair-test the fit nodes")
     drain: bool = Field(default=False, description="drain the unfit nodes (under the policy)")
     xid_window_s: float = Field(
-        default=86_400, gt=0, le=30 * 86_400, description="a hardware Xid newer than this counts"
+        default=86_400,
+        gt=0,
+        le=30 * 86_400,
+        description="a hardware Xid (or an Xid 154 asking for a repair) newer than this counts",
     )
     dry_run: bool = False
 

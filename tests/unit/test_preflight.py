@@ -69,3 +69,18 @@ def test_kernel_line_times_in_both_formats() -> None:
         2026, 12, 3, 16, 42, 1, tzinfo=UTC
     )
     assert kernel_line_time("NVRM: no time") is None
+
+
+def test_a_gpu_the_driver_says_needs_a_repair_is_unfit_until_it_says_none() -> None:
+    """Xid 154 after an application's Xid 31: no hardware Xid, but the GPU cannot be used until
+    it is reset. A later Xid 154 back to "None" (the reset done) clears it."""
+    at = (NOW - timedelta(hours=1)).strftime("%a %b %d %H:%M:%S %Y")
+    xid = f"[{at}] NVRM: Xid (PCI:0000:3b:00): "
+    fault = xid + "31, pid=1234, name=python, MMU Fault"
+    needs = xid + "154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    done = xid + "154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
+    (problem,) = check(facts(xid=[fault, needs])).problems
+    assert problem.startswith("GPU 00000000:3B:00.0: Xid 154 at ")
+    assert problem.endswith(": the driver asks for 'GPU Reset Required'")
+    assert check(facts(xid=[fault, needs, done])).fit
+    assert check(facts(xid=[fault])).fit  # the application's own fault alone

@@ -5,8 +5,10 @@ Slurm prolog, where seconds matter and a bad node costs the whole job.
 A node is unfit when: it did not answer; nvidia-smi failed (a lost GPU makes it exit
 non-zero); a GPU reports uncorrectable volatile ECC errors, a temperature at or above
 ``hot_c`` or an active hardware thermal slowdown; or its kernel log holds an Xid of a
-hardware class (NVIDIA's catalogue) newer than ``xid_window_s``. Older Xid lines are history,
-not a reason (a repaired node keeps its old lines until it reboots). Pure.
+hardware class (NVIDIA's catalogue) newer than ``xid_window_s``, or an Xid 154 that left a GPU
+needing a repair (a reset, a reboot) and was not followed by one saying it needs none. Older
+Xid lines are history, not a reason (a repaired node keeps its old lines until it reboots).
+Pure.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from trainmedic.core.models import Strict
+from trainmedic.decisions.repair import RepairKind, load_repair_knowledge
 from trainmedic.diagnosis.freshness import kernel_line_time
-from trainmedic.diagnosis.xid import lookup, parse_xid_line
+from trainmedic.diagnosis.xid import RECOVERY_XID, lookup, parse_recovery_change, parse_xid_line
 
 __all__ = ["NodeFitness", "kernel_line_time", "node_fitness"]
 
@@ -47,16 +50,31 @@ def node_fitness(
     else:
         problems += _gpu_problems(rows, gpu_fields, hot_c)
     since = now - timedelta(seconds=xid_window_s)
+    recovery: dict[str, str | None] = {}  # per GPU, what its latest Xid 154 says it needs
     for line in [str(x) for x in facts.get("xid_lines") or []]:  # type: ignore[union-attr]
         xid = parse_xid_line(line)
-        entry = lookup(xid.code) if xid else None
-        if entry is None or entry.kind != "hardware":
-            continue
         at = kernel_line_time(line)
-        if at is not None and at < since:
-            continue  # history: before the window
-        problems.append(f"Xid {entry.code} ({entry.mnemonic}) at {at or 'an unknown time'}")
+        if xid is None or (at is not None and at < since):
+            continue  # not an Xid, or history: before the window
+        if xid.code == RECOVERY_XID:
+            recovery[xid.pci_bus_id] = _repair_asked(line, at)
+            continue
+        entry = lookup(xid.code)
+        if entry is not None and entry.kind == "hardware":
+            problems.append(f"Xid {entry.code} ({entry.mnemonic}) at {at or 'an unknown time'}")
+    problems += [f"GPU {gpu}: {asked}" for gpu, asked in recovery.items() if asked]
     return NodeFitness(node=node, fit=not problems, problems=tuple(dict.fromkeys(problems)))
+
+
+def _repair_asked(line: str, at: datetime | None) -> str | None:
+    """What an Xid 154 line says its GPU needs before it can be used again; None for nothing."""
+    change = parse_recovery_change(line)
+    if change is None:
+        return None
+    known = load_repair_knowledge().recovery.get(change.action.action) if change.action else None
+    if known is RepairKind.none:
+        return None
+    return f"Xid 154 at {at or 'an unknown time'}: the driver asks for {change.said!r}"
 
 
 def _gpu_problems(rows: Sequence[str], fields: Sequence[str], hot_c: float) -> list[str]:
