@@ -198,9 +198,8 @@ def _xid_repair(xid: XidLine, line: str, knowledge: RepairKnowledge) -> tuple[Re
         return _recovery_repair(line, knowledge)
     if entry is not None and entry.immediate_action in knowledge.bucket:
         action = entry.immediate_action
-        return knowledge.bucket[
-            action
-        ], f"Xid {xid.code} ({entry.mnemonic}): NVIDIA's action {action}"
+        why = f"Xid {xid.code} ({entry.mnemonic}): NVIDIA's action {action}"
+        return knowledge.bucket[action], why
     if entry is not None and entry.kind == "informational":
         return RepairKind.none, _informational(entry)
     action = entry.immediate_action if entry else "not in the catalogue"

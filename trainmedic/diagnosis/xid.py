@@ -153,7 +153,7 @@ def parse_xid_line(line: str) -> XidLine | None:
 # Required)". Informational about the Xid that caused it, which is logged beside it.
 RECOVERY_XID = 154
 _RECOVERY_CHANGE = re.compile(
-    r"GPU recovery action changed from 0x(?P<before>[0-9a-fA-F]+)\b.*?"
+    r"GPU recovery action changed from 0x[0-9a-fA-F]+\b.*?"
     r" to 0x(?P<after>[0-9a-fA-F]+)\b(?: \((?P<said>[^)]*)\))?"
 )
 
