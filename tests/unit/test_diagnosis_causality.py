@@ -186,6 +186,21 @@ def test_xid_154_alone_is_a_gpu_that_needs_its_repair_and_beside_its_xid_its_aft
     assert rival.reason.startswith("not counted: the aftermath of xid-GPUFallenOff")
 
 
+def test_a_non_fatal_nvlink5_xid_is_a_suspicion_that_drains_nothing() -> None:
+    """NVIDIA's decode ignores a non-fatal NVLink5 Xid: below the floor, no node is drained on
+    it. A fatal one is the NVLink fault, drained."""
+    head = "NVRM: Xid (PCI:0018:01:00): "
+    nonfatal = head + "145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000001)"
+    fatal = head + "149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)"
+    job = job_info(nodes=("node5", "node6"), gpus_per_node=8)
+    alone = diagnose([LogSource.from_lines("node5-dmesg.log", [nonfatal])])
+    assert alone.category is Category.NVLinkError and alone.confidence < DEFAULT_CONFIDENCE_FLOOR
+    assert plan_remediation(alone, job).drain == ()
+    both = diagnose([LogSource.from_lines("node5-dmesg.log", [nonfatal, fatal])])
+    assert "xid-NVLinkError" in {e.signature for e in both.evidence} and both.confidence > 0.9
+    assert plan_remediation(both, job).drain == ("node5",)
+
+
 def test_the_nccl_cascade_is_searched_for_its_initiator() -> None:
     """Timeouts on every rank, an NCCL error that only wraps a CUDA failure on one: the CUDA
     failure on that rank started it."""

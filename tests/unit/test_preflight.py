@@ -84,3 +84,12 @@ def test_a_gpu_the_driver_says_needs_a_repair_is_unfit_until_it_says_none() -> N
     assert problem.endswith(": the driver asks for 'GPU Reset Required'")
     assert check(facts(xid=[fault, needs, done])).fit
     assert check(facts(xid=[fault])).fit  # the application's own fault alone
+
+
+def test_a_non_fatal_nvlink5_xid_leaves_the_node_fit_and_a_fatal_one_does_not() -> None:
+    at = (NOW - timedelta(hours=1)).strftime("%a %b %d %H:%M:%S %Y")
+    xid = f"[{at}] NVRM: Xid (PCI:0018:01:00): "
+    nonfatal = xid + "145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000001)"
+    fatal = xid + "149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)"
+    assert check(facts(xid=[nonfatal])).fit
+    assert not check(facts(xid=[nonfatal, fatal])).fit

@@ -93,6 +93,19 @@ def test_xid_154_and_notices_ask_for_what_they_say(lines, kind, fault) -> None: 
     assert (found.kind, found.fault) == (kind, fault)
 
 
+def test_a_non_fatal_nvlink5_xid_asks_for_nothing_and_a_fatal_one_for_a_reset() -> None:
+    """NVIDIA's Xid 144-150 decode: a non-fatal event is ignored, or the Xid 154 beside it
+    decides; a fatal one needs a GPU reset."""
+    at = DRAINED - timedelta(minutes=1)
+    nonfatal = xid(145, at, text="RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00000004 0x00000001)")
+    fatal = xid(149, at, text="NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)")
+    alone = plan([nonfatal])
+    assert (alone.kind, alone.gpus) == (RepairKind.none, ())
+    assert alone.why.startswith("Xid 145 (NVLINK_RLW_ERROR, Nonfatal): NVIDIA's NVLink5 decode")
+    assert plan([nonfatal, recovery("0x1 (GPU Reset Required)", at)]).kind is RepairKind.reset_gpu
+    assert (plan([fatal]).kind, plan([fatal]).fault) == (RepairKind.reset_gpu, "Xid 149")
+
+
 def test_the_repair_says_what_recovery_action_the_driver_asked_for() -> None:
     at = DRAINED - timedelta(minutes=1)
     found = plan([xid(48, at), recovery("0x2 (Node Reboot Required)", at)])

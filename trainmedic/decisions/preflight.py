@@ -5,10 +5,10 @@ Slurm prolog, where seconds matter and a bad node costs the whole job.
 A node is unfit when: it did not answer; nvidia-smi failed (a lost GPU makes it exit
 non-zero); a GPU reports uncorrectable volatile ECC errors, a temperature at or above
 ``hot_c`` or an active hardware thermal slowdown; or its kernel log holds an Xid of a
-hardware class (NVIDIA's catalogue) newer than ``xid_window_s``, or an Xid 154 that left a GPU
-needing a repair (a reset, a reboot) and was not followed by one saying it needs none. Older
-Xid lines are history, not a reason (a repaired node keeps its old lines until it reboots).
-Pure.
+hardware class (NVIDIA's catalogue) newer than ``xid_window_s``, but for a non-fatal NVLink5
+one, which NVIDIA's decode ignores; or an Xid 154 that left a GPU needing a repair (a reset, a
+reboot) and was not followed by one saying it needs none. Older Xid lines are history, not a
+reason (a repaired node keeps its old lines until it reboots). Pure.
 """
 
 from __future__ import annotations
@@ -60,10 +60,16 @@ def node_fitness(
             recovery[xid.pci_bus_id] = _repair_asked(line, at)
             continue
         entry = lookup(xid.code)
-        if entry is not None and entry.kind == "hardware":
+        if entry is not None and entry.kind == "hardware" and not _ignored(xid.severity):
             problems.append(f"Xid {entry.code} ({entry.mnemonic}) at {at or 'an unknown time'}")
     problems += [f"GPU {gpu}: {asked}" for gpu, asked in recovery.items() if asked]
     return NodeFitness(node=node, fit=not problems, problems=tuple(dict.fromkeys(problems)))
+
+
+def _ignored(severity: str | None) -> bool:
+    """A non-fatal NVLink5 Xid: NVIDIA's decode ignores it (an Xid 154 beside it says more)."""
+    kinds = load_repair_knowledge().nvlink5_severity
+    return severity is not None and kinds.get(severity) is RepairKind.none
 
 
 def _repair_asked(line: str, at: datetime | None) -> str | None:

@@ -71,6 +71,7 @@ class RepairKnowledge(Strict):
 
     bucket: dict[str, RepairKind]
     xid: dict[int, tuple[RepairKind, str]]
+    nvlink5_severity: dict[str, RepairKind]
     recovery: dict[str, RepairKind]
     verdict: dict[str, RepairKind]
 
@@ -103,6 +104,9 @@ def parse_repair_knowledge(text: str, origin: str = "repairs.toml") -> RepairKno
         return RepairKnowledge(
             bucket={k: RepairKind(v) for k, v in data["bucket"].items()},
             xid=xids,
+            nvlink5_severity={
+                k: RepairKind(v) for k, v in data.get("nvlink5_severity", {}).items()
+            },
             recovery=recovery,
             verdict={k: RepairKind(v) for k, v in data["verdict"].items()},
         )
@@ -196,6 +200,10 @@ def _xid_repair(xid: XidLine, line: str, knowledge: RepairKnowledge) -> tuple[Re
         return knowledge.xid[xid.code]
     if xid.code == RECOVERY_XID:
         return _recovery_repair(line, knowledge)
+    if xid.severity in knowledge.nvlink5_severity:
+        kind = knowledge.nvlink5_severity[xid.severity]
+        name = entry.mnemonic if entry else "NVLink5"
+        return kind, f"Xid {xid.code} ({name}, {xid.severity}): NVIDIA's NVLink5 decode: {kind}"
     if entry is not None and entry.immediate_action in knowledge.bucket:
         action = entry.immediate_action
         why = f"Xid {xid.code} ({entry.mnemonic}): NVIDIA's action {action}"

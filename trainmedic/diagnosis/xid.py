@@ -24,6 +24,7 @@ from trainmedic.core.taxonomy import Category
 
 __all__ = [
     "APPLICATION_XID",
+    "NVLINK5_BUCKET",
     "RECOVERY_XID",
     "RecoveryAction",
     "RecoveryChange",
@@ -127,14 +128,23 @@ def codes_for(category: Category) -> frozenset[int]:
 # drivers add the function; with MIG, the GPU instance: "0000:01:00 GPU-I:05"). One pattern for
 # the log path (signatures.toml's [xid] regex, its {gpu} hole) and the kernel-line parser.
 XID_GPU = r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?: GPU-I:\d+)?"
-# The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ...".
-_XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?" + XID_GPU + r"\): (?P<code>\d+)\b")
+# The driver's kernel line: "NVRM: Xid (PCI:0000:3b:00): 48, pid=..., ...". The NVLink5 Xids
+# (144-150, NVIDIA's bucket WORKFLOW_NVLINK5_ERR) print the unit and the severity next:
+# "145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x... 0x...)".
+_NVLINK5_UNIT = r", (?:pid=\S+, name=[^,]*, )?[A-Z][A-Z0-9_]*(?:/[A-Z][A-Z0-9_]*)? "
+_XID_LINE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?" + XID_GPU + r"\): (?P<code>\d+)\b"
+    r"(?:" + _NVLINK5_UNIT + r"(?P<severity>Nonfatal|Fatal) XC\d)?"
+)
+# The bucket of the Xids whose lines carry a severity of their own.
+NVLINK5_BUCKET = "WORKFLOW_NVLINK5_ERR"
 
 
 @dataclass(frozen=True)
 class XidLine:
     code: int
     pci_bus_id: str  # as nvidia-smi names the GPU: 00000000:3B:00.0
+    severity: str | None = None  # an NVLink5 Xid's own: "Fatal" or "Nonfatal"
 
 
 def parse_xid_line(line: str) -> XidLine | None:
@@ -145,7 +155,7 @@ def parse_xid_line(line: str) -> XidLine | None:
     address, _, function = match["pci"].partition(".")
     domain, bus, device = address.split(":")
     bus_id = f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function or '0'}"
-    return XidLine(code=int(match["code"]), pci_bus_id=bus_id)
+    return XidLine(code=int(match["code"]), pci_bus_id=bus_id, severity=match["severity"])
 
 
 # Xid 154: the driver tells what the GPU now needs before it can be used again (NVML's
@@ -237,7 +247,8 @@ def load_sxid_catalogue() -> dict[int, SxidEntry]:
 # signature tables (dicts, as [[signature]] entries are), one per group of codes.
 
 _XID_CODE_RE = re.compile(r"Xid \([^)]*\):? *(\d+)\b")
-_Group = tuple[str, Category, float, list[int]]  # signature id, category, weight, codes
+# signature id, category, weight, codes, and the codes as the regex names them (None: "a|b")
+_Group = tuple[str, Category, float, list[int], str | None]
 
 
 def _code_table(
@@ -258,10 +269,10 @@ def _code_signature_tables(
 ) -> list[dict[str, object]]:
     """A signature table per group with codes; ``examples(codes, regex)``: the group's."""
     tables: list[dict[str, object]] = []
-    for sig_id, category, weight, codes in groups:
+    for sig_id, category, weight, codes, pattern in groups:
         if not codes:
             continue
-        regex = template.replace("{codes}", "|".join(map(str, codes)))
+        regex = template.replace("{codes}", pattern or "|".join(map(str, codes)))
         tables.append(
             {
                 "id": sig_id,
@@ -290,18 +301,40 @@ def xid_signature_tables(
         if found is None:
             raise ConfigError(f"{origin}: [xid] example without an Xid code: {example!r}")
         by_code.setdefault(int(found[1]), []).append(example)
+    try:
+        nonfatal_weight = float(table["nvlink5_nonfatal_weight"])  # type: ignore[arg-type]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{origin}: bad [xid] table: {exc}") from exc
+    # NVLink5 Xids name their severity. NVIDIA's decode sheet ("Xid 144-150 Decode") resolves the
+    # non-fatal ones as IGNORE or as the Xid 154 beside them says, the fatal ones as RESET_GPU:
+    # a non-fatal one is a signature of its own, weighed apart.
+    five = sorted(c for c, e in xid.items() if e.immediate_action == NVLINK5_BUCKET)
+    five_codes = "(?:" + "|".join(map(str, five)) + ")"
+    nonfatal = five_codes + _NVLINK5_UNIT + r"Nonfatal\b"
+    not_nonfatal = five_codes + "(?!" + _NVLINK5_UNIT + r"Nonfatal\b)"
     groups: list[_Group] = []
     for category, weight in weights.items():
         codes = sorted(c for c, e in xid.items() if e.category is category)
         codes = [c for c in codes if xid[c].kind != "application"]
-        groups.append((f"xid-{category.value}", category, weight, codes))
+        if not five or not set(five) <= set(codes):
+            groups.append((f"xid-{category.value}", category, weight, codes, None))
+            continue
+        pattern = "|".join([*(str(c) for c in codes if c not in five), not_nonfatal])
+        groups.append((f"xid-{category.value}", category, weight, codes, pattern))
+        groups.append((f"xid-{category.value}-nonfatal", category, nonfatal_weight, five, nonfatal))
     # Application-class Xids: the job's own fault, told apart by their signature id so that
     # the remediation plan sends them to the owner and never to a drain.
     application = sorted(c for c, e in xid.items() if e.kind == "application")
-    groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application))
-    return _code_signature_tables(
-        template, groups, lambda codes, _: [e for c in codes for e in by_code.get(c, [])]
-    )
+    groups.append((APPLICATION_XID, Category.CUDAError, application_weight, application, None))
+
+    def group_examples(codes: list[int], regex: str) -> list[str]:
+        return [e for c in codes for e in by_code.get(c, []) if re.search(regex, e)]
+
+    tables = _code_signature_tables(template, groups, group_examples)
+    placed = {e for t in tables for e in t["examples"]}  # type: ignore[attr-defined]
+    if lost := [e for e in examples if e not in placed]:
+        raise ConfigError(f"{origin}: [xid] example no Xid signature matches: {lost[0]!r}")
+    return tables
 
 
 def sxid_signature_tables(table: dict[str, object], origin: str) -> list[dict[str, object]]:
@@ -318,6 +351,7 @@ def sxid_signature_tables(table: dict[str, object], origin: str) -> list[dict[st
             category,
             w,
             sorted(c for c, e in sxid.items() if e.category is category and e.fatal is fatal),
+            None,
         )
         for category, weight in weights.items()
         for fatal, suffix, w in ((True, "", weight), (False, "-nonfatal", nonfatal_weight))
