@@ -63,10 +63,31 @@ def slurm_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert ENV is not None
     if "SLURM_CONF" in ENV:  # the adapter and _sh() both read it from os.environ
         monkeypatch.setenv("SLURM_CONF", ENV["SLURM_CONF"])
+    # Each test starts on a quiet cluster. A test that failed half-way may have left a
+    # `sleep 300` job behind; the next one would then find its job PENDING on Resources or
+    # its drained node still "draining", and fail for a reason that is not its own.
+    _quiesce()
     yield
-    # Leave every node in service for the next test, whatever this one did.
+    _quiesce(wait=False)
+
+
+def _quiesce(wait: bool = True, timeout: float = 120.0) -> None:
+    """Cancel every job of this test cluster (only these tests use it) and put every node
+    back in service; with ``wait``, until the queue is empty and every node idle."""
+    leftover = _sh("squeue", "-h", "-o", "%i", check=False).split()
+    if leftover:
+        _sh("scancel", *leftover, check=False)
     for node in NODES:
         _sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+    if not wait:
+        return
+
+    def quiet() -> bool:
+        queue = _sh("squeue", "-h", "-o", "%i", check=False).split()
+        states = _sh("sinfo", "-h", "-N", "-o", "%T", check=False).split()
+        return not queue and bool(states) and all(state == "idle" for state in states)
+
+    wait_until(quiet, timeout, "an empty queue and every node idle", interval=0.5)
 
 
 def _sh(*args: str, check: bool = True) -> str:
