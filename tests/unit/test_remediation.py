@@ -162,6 +162,29 @@ def test_an_application_xid_goes_to_the_owner_and_never_drains() -> None:
     assert any("application-class GPU fault" in r for r in plan.reasons)
 
 
+def test_gpu_code_the_install_cannot_load_goes_to_the_owner_and_never_drains() -> None:
+    """No kernel image for the GPU's architecture (or a symbol the module lacks) is the job's
+    build, and would fail the same on every node: draining the node it landed on would take
+    one healthy node out per retry. Hardware evidence beside it still drains."""
+    for line in (
+        "node002:4411:4502 [2] NCCL WARN Cuda failure 'no kernel image is available for "
+        "execution on the device'",
+        "node002:50555:50555 [0] NCCL WARN Cuda failure 'named symbol not found'",
+    ):
+        found = diagnose([LogSource.from_lines("rank-00002.node002.err", [line])])
+        assert found.category is Category.CUDAError
+        assert found.evidence[0].signature == "gpu-code-unloadable"
+        plan = plan_remediation(found, job(nodes=("node001", "node002")))
+        assert plan.notify_owner and not plan.drain and not plan.locate and not plan.restart
+        assert any("cannot load" in r for r in plan.reasons)
+
+    kernel = LogSource.from_lines("node002-kernel.log", [XID48], host="node002")
+    unloadable = LogSource.from_lines("rank-00002.node002.err", [line])
+    backed = diagnose([unloadable, kernel])
+    plan = plan_remediation(backed, job(nodes=("node001", "node002")))
+    assert plan.drain == ("node002",) and not plan.notify_owner
+
+
 def test_hardware_evidence_beside_an_application_xid_wins() -> None:
     found = diagnose([LogSource.from_lines("node002-kernel.log", [XID13, XID48], host="node002")])
     assert found.category is Category.ECCError

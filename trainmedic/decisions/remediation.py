@@ -60,15 +60,17 @@ _CONFIRMED_FIRST = {
 }
 
 
-# Evidence NVIDIA reads as the application's own fault: an application-class Xid (13, 31, 43,
-# 45, ...) and a kernel's illegal memory access, illegal address or illegal instruction.
-APPLICATION_SIGNATURES = frozenset({APPLICATION_XID, "cuda-illegal-access"})
+# Evidence of the application's own fault: what NVIDIA reads so, an application-class Xid (13,
+# 31, 43, 45, ...) and a kernel's illegal memory access, illegal address or illegal
+# instruction; and GPU code the job's install cannot load on this GPU (no kernel image for its
+# architecture, a symbol its module lacks), which follows the job to any node it lands on.
+APPLICATION_SIGNATURES = frozenset({APPLICATION_XID, "cuda-illegal-access", "gpu-code-unloadable"})
 
 
 def application_fault(diagnosis: Diagnosis) -> bool:
-    """A GPU fault NVIDIA calls the application's (an application-class Xid, an illegal memory
-    access), with no hardware evidence (a hardware Xid, ECC or NVLink line, telemetry)
-    anywhere in the logs."""
+    """A GPU fault that is the application's (an application-class Xid, an illegal memory
+    access, GPU code its install cannot load), with no hardware evidence (a hardware Xid, ECC
+    or NVLink line, telemetry) anywhere in the logs."""
     if diagnosis.category is not Category.CUDAError:
         return False
     signatures = {e.signature for e in diagnosis.evidence}
@@ -127,7 +129,8 @@ def plan_remediation(
     if application_fault(diagnosis):
         reasons.append(
             "an application-class GPU fault (an illegal memory access, an application-class "
-            "Xid: NVIDIA reads these as the program's own) and no hardware evidence beside it: "
+            "Xid: NVIDIA reads these as the program's own; or GPU code its install cannot load "
+            "on this GPU) and no hardware evidence beside it: "
             "sent to the job owner; no node is drained or tested, the job is not retried "
             "automatically"
         )
