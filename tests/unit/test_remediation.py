@@ -43,6 +43,33 @@ def test_origin_node_from_hostname_or_rank() -> None:
     assert origin_node(diagnosis(Category.ECCError, None), job()) is None
 
 
+def test_a_rank_whose_node_the_srun_lines_contradict_names_no_node() -> None:
+    """A rank's node is guessed from the job's node order; where srun's own line puts that
+    task on another node (the batch host was not the first node), the guess would drain a
+    healthy node and leave the broken one: no origin, the pair test decides."""
+    nodes = ("worker-0", "worker-1")
+    placed = diagnosis(Category.CUDAError, "rank 15").model_copy(
+        update={
+            "evidence": (
+                Evidence(
+                    file="job.out",
+                    line=9,
+                    text="srun: error: worker-0: tasks 8,12-15: Exited with exit code 134",
+                    signature="srun-task-exited",
+                    host="worker-0",
+                    category=Category.Unknown,
+                ),
+            )
+        }
+    )
+    contradicted = job_info(nodes=nodes, gpus_per_node=8)  # rank 15 -> index 1 -> worker-1
+    assert origin_node(placed, contradicted) is None
+    plan = plan_remediation(placed, contradicted)
+    assert plan.drain == () and plan.locate
+    # The same line agreeing with the node order leaves the guess standing.
+    assert origin_node(placed, job_info(nodes=nodes[::-1], gpus_per_node=8)) == "worker-0"
+
+
 def test_hardware_fault_with_origin_drains_and_restarts_elsewhere() -> None:
     plan = plan_remediation(diagnosis(Category.GPUFallenOff, "node003"), job())
     assert plan.drain == ("node003",)

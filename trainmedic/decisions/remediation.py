@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
 from trainmedic.decisions.attempts import exclusions
-from trainmedic.diagnosis import far_ends, suspect_hosts
+from trainmedic.diagnosis import far_ends, suspect_hosts, task_hosts
 from trainmedic.diagnosis.synthetic import UNEXPLAINED_END
 from trainmedic.diagnosis.xid import APPLICATION_XID
 
@@ -80,7 +80,8 @@ def application_fault(diagnosis: Diagnosis) -> bool:
 
 def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
     """The one job node the winning evidence points at; None when the evidence names no node
-    of this job, or several (then the pair test decides)."""
+    of this job, or several, or names only a rank whose node the logs contradict (then the
+    pair test decides)."""
     on_job = [h for h in suspect_hosts(diagnosis) if h in job.nodes]
     if len(on_job) == 1:
         return on_job[0]
@@ -88,8 +89,12 @@ def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
         return None
     rank = _RANK_RE.search(diagnosis.root_cause_host or "")
     if rank is not None:
+        # Where a rank ran is a guess from the job's node order (block distribution). The
+        # logs' own srun lines may say otherwise (the batch host is not always the first
+        # node): then the guess is wrong or the task ids are not ranks, and no node is named.
         index = int(rank[1]) // job.spec.gpus_per_node
-        if index < len(job.nodes):
+        tied = task_hosts(diagnosis).get(int(rank[1]), set())
+        if index < len(job.nodes) and not (tied and job.nodes[index] not in tied):
             return job.nodes[index]
     return None
 

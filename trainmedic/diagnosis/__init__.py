@@ -7,7 +7,13 @@ and acts on the returned ``trainmedic.core.models.Diagnosis``.
 from __future__ import annotations
 
 from trainmedic.diagnosis.catalogue import Catalogue, Role, Signature, load_catalogue
-from trainmedic.diagnosis.engine import diagnose, diagnose_paths, far_ends, suspect_hosts
+from trainmedic.diagnosis.engine import (
+    diagnose,
+    diagnose_paths,
+    far_ends,
+    suspect_hosts,
+    task_hosts,
+)
 from trainmedic.diagnosis.llm import LlmConfig, classify_with_llm, llm_config_from_settings
 from trainmedic.diagnosis.overlay import site_catalogue
 from trainmedic.diagnosis.sources import LogSource, host_and_rank_from_name
@@ -27,4 +33,5 @@ __all__ = [
     "load_catalogue",
     "site_catalogue",
     "suspect_hosts",
+    "task_hosts",
 ]

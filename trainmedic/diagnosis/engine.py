@@ -21,6 +21,7 @@ explanation is kept with the reason it lost (``Diagnosis.rivals``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,7 +65,7 @@ from trainmedic.diagnosis.synthetic import (
     synthetic_hit,
 )
 
-__all__ = ["diagnose", "diagnose_paths", "far_ends", "suspect_hosts"]
+__all__ = ["diagnose", "diagnose_paths", "far_ends", "suspect_hosts", "task_hosts"]
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +233,27 @@ def _winning_hosts(diagnosis: Diagnosis, *, far_end: bool) -> list[str]:
         if host is not None and HOSTNAME_RE.match(host) and host not in hosts:
             hosts.append(host)
     return hosts
+
+
+# srun's own report of a task that failed (the srun-task-exited signature's lines): which host
+# ran which task ids ("srun: error: worker-0: tasks 8,12,14: Exited with exit code 134").
+_SRUN_TASKS = re.compile(r"^srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>\d+(?:[,-]\d+)*):")
+
+
+def task_hosts(diagnosis: Diagnosis) -> dict[int, set[str]]:
+    """The host(s) the logs' srun lines tie each task id to. Launched by srun one task per
+    rank, a task id is the rank; launched one torchrun per node, it is the node's index: so
+    this can contradict a guess of where a rank ran, never confirm one alone."""
+    tied: dict[int, set[str]] = {}
+    for evidence in diagnosis.evidence:
+        found = _SRUN_TASKS.match(evidence.text.strip())
+        if found is None:
+            continue
+        for part in found["tasks"].split(","):
+            first, _, last = part.partition("-")
+            for task in range(int(first), int(last or first) + 1):
+                tied.setdefault(task, set()).add(found["host"])
+    return tied
 
 
 # ----------------------------------------------------------------------------- evidence
