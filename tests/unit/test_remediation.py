@@ -206,7 +206,8 @@ def test_gpu_code_the_install_cannot_load_goes_to_the_owner_and_never_drains() -
         assert any("cannot load" in r for r in plan.reasons)
 
     kernel = LogSource.from_lines("node002-kernel.log", [XID48], host="node002")
-    unloadable = LogSource.from_lines("rank-00002.node002.err", [line])
+    no_image = "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    unloadable = LogSource.from_lines("rank-00002.node002.err", [no_image])
     backed = diagnose([unloadable, kernel])
     plan = plan_remediation(backed, job(nodes=("node001", "node002")))
     assert plan.drain == ("node002",) and not plan.notify_owner

@@ -238,6 +238,7 @@ def _winning_hosts(diagnosis: Diagnosis, *, far_end: bool) -> list[str]:
 # srun's own report of a task that failed (the srun-task-exited signature's lines): which host
 # ran which task ids ("srun: error: worker-0: tasks 8,12,14: Exited with exit code 134").
 _SRUN_TASKS = re.compile(r"^srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>\d+(?:[,-]\d+)*):")
+_MAX_TASKS_PER_HOST = 4096
 
 
 def task_hosts(diagnosis: Diagnosis) -> dict[int, set[str]]:
@@ -251,7 +252,9 @@ def task_hosts(diagnosis: Diagnosis) -> dict[int, set[str]]:
             continue
         for part in found["tasks"].split(","):
             first, _, last = part.partition("-")
-            for task in range(int(first), int(last or first) + 1):
+            # A log is untrusted input: a range no srun prints for one host is skipped.
+            tasks = range(int(first), int(last or first) + 1)
+            for task in tasks if len(tasks) <= _MAX_TASKS_PER_HOST else ():
                 tied.setdefault(task, set()).add(found["host"])
     return tied
 
