@@ -237,7 +237,9 @@ def _winning_hosts(diagnosis: Diagnosis, *, far_end: bool) -> list[str]:
 
 # srun's own report of a task that failed (the srun-task-exited signature's lines): which host
 # ran which task ids ("srun: error: worker-0: tasks 8,12,14: Exited with exit code 134").
-_SRUN_TASKS = re.compile(r"^srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>\d+(?:[,-]\d+)*):")
+_SRUN_TASKS = re.compile(
+    r"^srun: error: (?P<host>[\w.-]+): tasks? (?P<tasks>\d{1,9}(?:[,-]\d{1,9})*):"
+)
 _MAX_TASKS_PER_HOST = 4096
 
 
