@@ -11,6 +11,7 @@ from trainmedic.diagnosis.attribution import (
     shell_prompts,
     writer,
 )
+from trainmedic.diagnosis.xid import parse_xid_line
 
 
 @pytest.mark.parametrize(
@@ -282,3 +283,26 @@ def test_a_ray_traceback_cut_by_a_block_boundary_keeps_its_node() -> None:
     source = LogSource(name="driver.log", open_blocks=lambda: iter(ended))
     diagnosis = diagnose([source])
     assert [e.host for e in diagnosis.evidence if e.signature == "cuda-illegal-access"] == [None]
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        (
+            "job.err",
+            "[rank" + "9" * 5000 + "]: RuntimeError: CUDA error: unspecified launch failure",
+        ),
+        ("job.err", "Watchdog caught collective operation timeout on rank " + "9" * 5000),
+        ("kern.log", "NVRM: Xid (PCI:0000:3b:00): " + "9" * 5000 + ", pid=1, name=python"),
+        (
+            "rank-" + "9" * 5000 + ".node002.err",
+            "RuntimeError: CUDA error: unspecified launch failure",
+        ),
+    ],
+)
+def test_a_run_of_digits_too_long_for_a_number_places_nothing(name: str, line: str) -> None:
+    """A log is untrusted input: a 'rank' or Xid code thousands of digits long is no rank or
+    code (int() itself refuses it), and the diagnosis goes on without it, never a traceback."""
+    found = diagnose([LogSource.from_lines(name, [line])])
+    assert "9" * 10 not in (found.root_cause_host or "")
+    assert parse_xid_line(line) is None

@@ -54,3 +54,10 @@ def test_safe_text() -> None:
     for bad in ["a\nb", "$(x)", "a;`b`", "{{ x }}", "a'b"]:
         with pytest.raises(InputError, match="reason"):
             validate.safe_text(bad, "reason")
+
+
+def test_a_number_read_from_a_log_is_short_or_none() -> None:
+    assert validate.log_number("0007") == 7
+    assert validate.log_number("123456789") == 123456789
+    assert validate.log_number("1234567890") is None
+    assert validate.log_number("9" * 5000) is None  # int() itself refuses past 4300 digits

@@ -15,6 +15,14 @@ HOSTNAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 JOB_ID_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,6})?$")
 _RANGE_RE = re.compile(r"^(?P<prefix>[a-z0-9-]*)\[(?P<body>[0-9,\-]+)\](?P<suffix>[a-z0-9-]*)$")
 MAX_EXPANSION = 100_000
+# A number read from a log (a rank, an Xid code, a task id) has at most this many digits: a
+# longer run of digits is no such number, and int() refuses a string past 4300 digits.
+LOG_NUMBER_DIGITS = 9
+
+
+def log_number(digits: str) -> int | None:
+    """The value of a short run of digits read from a log; None for a longer one."""
+    return int(digits) if len(digits) <= LOG_NUMBER_DIGITS else None
 
 
 def hostname(value: str, field: str = "node") -> str:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from trainmedic.core.models import Diagnosis, JobInfo
 from trainmedic.core.taxonomy import Action, Category
+from trainmedic.core.validate import log_number
 from trainmedic.decisions.attempts import exclusions
 from trainmedic.diagnosis import far_ends, suspect_hosts, task_hosts
 from trainmedic.diagnosis.synthetic import UNEXPLAINED_END
@@ -87,13 +88,14 @@ def origin_node(diagnosis: Diagnosis, job: JobInfo) -> str | None:
         return on_job[0]
     if on_job:
         return None
-    rank = _RANK_RE.search(diagnosis.root_cause_host or "")
+    found = _RANK_RE.search(diagnosis.root_cause_host or "")
+    rank = log_number(found[1]) if found is not None else None
     if rank is not None:
         # Where a rank ran is a guess from the job's node order (block distribution). The
         # logs' own srun lines may say otherwise (the batch host is not always the first
         # node): then the guess is wrong or the task ids are not ranks, and no node is named.
-        index = int(rank[1]) // job.spec.gpus_per_node
-        tied = task_hosts(diagnosis).get(int(rank[1]), set())
+        index = rank // job.spec.gpus_per_node
+        tied = task_hosts(diagnosis).get(rank, set())
         if index < len(job.nodes) and not (tied and job.nodes[index] not in tied):
             return job.nodes[index]
     return None

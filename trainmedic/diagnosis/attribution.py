@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from trainmedic.core.validate import log_number
 from trainmedic.diagnosis.envelope import RAY_WORKER, named_part
 
 __all__ = [
@@ -174,7 +175,7 @@ def attribute(text: str) -> Attribution:
         match, _, host = prefix
         gpu = match.groupdict().get("gpu")
     rank_match = _RANK.search(text)
-    rank = int(rank_match.group("rank")) if rank_match else None
+    rank = log_number(rank_match.group("rank")) if rank_match else None
     if gpu is None:
         gpu_match = _GPU.search(text)
         if gpu_match:

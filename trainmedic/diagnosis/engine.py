@@ -255,7 +255,7 @@ def task_hosts(diagnosis: Diagnosis) -> dict[int, set[str]]:
         for part in found["tasks"].split(","):
             first, _, last = part.partition("-")
             # A log is untrusted input: a range no srun prints for one host is skipped.
-            tasks = range(int(first), int(last or first) + 1)
+            tasks = range(int(first), int(last or first) + 1)  # the regex bounds the digits
             for task in tasks if len(tasks) <= _MAX_TASKS_PER_HOST else ():
                 tied.setdefault(task, set()).add(found["host"])
     return tied

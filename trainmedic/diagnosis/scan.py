@@ -17,6 +17,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
+from trainmedic.core.validate import log_number
 from trainmedic.diagnosis.attribution import (
     Attribution,
     attribute,
@@ -328,7 +329,7 @@ class _Scanner:
             elif name.startswith(("host", "ip")):
                 host = value.lower() if name.startswith("host") else value
             elif name.startswith("rank"):
-                rank = int(value)
+                rank = log_number(value)
             elif name.startswith(("pci", "gpu")):
                 gpu = value
         source = self.result.source

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from trainmedic.core.errors import InputError
+from trainmedic.core.validate import log_number
 
 __all__ = ["BLOCK_SIZE", "LogSource", "host_and_rank_from_name"]
 
@@ -36,13 +37,13 @@ def host_and_rank_from_name(name: str) -> tuple[str | None, int | None]:
         # "rank-00003" and "node002-dmesg" both use "-": rank first, then host-dash-suffix.
         rank_match = _RANK_TOKEN.match(token)
         if rank_match and rank is None:
-            rank = int(rank_match.group(1))
+            rank = log_number(rank_match.group(1))
             continue
         for part in _dash_candidates(token):
             rank_match = _RANK_TOKEN.match(part)
             if rank_match:
                 if rank is None:
-                    rank = int(rank_match.group(1))
+                    rank = log_number(rank_match.group(1))
                 break
             if (
                 host is None

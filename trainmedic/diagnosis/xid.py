@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from trainmedic.core.errors import ConfigError
 from trainmedic.core.taxonomy import Category
+from trainmedic.core.validate import log_number
 
 __all__ = [
     "APPLICATION_XID",
@@ -152,10 +153,13 @@ def parse_xid_line(line: str) -> XidLine | None:
     match = _XID_LINE.search(line)
     if match is None:
         return None
+    code = log_number(match["code"])
+    if code is None:
+        return None
     address, _, function = match["pci"].partition(".")
     domain, bus, device = address.split(":")
     bus_id = f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function or '0'}"
-    return XidLine(code=int(match["code"]), pci_bus_id=bus_id, severity=match["severity"])
+    return XidLine(code=code, pci_bus_id=bus_id, severity=match["severity"])
 
 
 # Xid 154: the driver tells what the GPU now needs before it can be used again (NVML's
