@@ -254,9 +254,10 @@ def task_hosts(diagnosis: Diagnosis) -> dict[int, set[str]]:
             continue
         for part in found["tasks"].split(","):
             first, _, last = part.partition("-")
-            # A log is untrusted input: a range no srun prints for one host is skipped.
             tasks = range(int(first), int(last or first) + 1)  # the regex bounds the digits
-            for task in tasks if len(tasks) <= _MAX_TASKS_PER_HOST else ():
+            if len(tasks) > _MAX_TASKS_PER_HOST:
+                continue  # a log is untrusted input: no srun prints such a range for one host
+            for task in tasks:
                 tied.setdefault(task, set()).add(found["host"])
     return tied
 
